@@ -1,0 +1,133 @@
+// Thin wrappers over the PTX instructions the SM90 kernels use: one function per instruction,
+// named after it, with the PTX ISA section it comes from. No CUTLASS/CuTe here on purpose: these
+// few dozen lines compile in milliseconds, a CuTe include costs seconds of NVRTC time per kernel
+// (TOOLCHAIN.md), and users pay that at cold start.
+#pragma once
+
+#include <cuda_bf16.h>
+#include "types.cuh"
+
+namespace dg {
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h does not compile under
+// NVRTC without a C library, so it is declared here). Passed as a __grid_constant__ parameter.
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+__device__ __forceinline__ uint32_t warp_index() { return threadIdx.x / 32; }
+__device__ __forceinline__ uint32_t lane_index() { return threadIdx.x % 32; }
+
+// ---- mbarrier (PTX ISA 9.7.13.15) -------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(arrive_count));
+}
+
+// Makes the mbarrier initialisations visible to the async proxy (TMA) and to other threads.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Blocks until the phase of the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// ---- named barriers (PTX ISA 9.7.13.1) --------------------------------------------------------
+
+// Barrier 0 is __syncthreads(); kernels number theirs from 1.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(num_threads) : "memory");
+}
+
+// ---- proxy fences (PTX ISA 9.7.13.4) ----------------------------------------------------------
+
+// Ordinary shared-memory stores that TMA (the async proxy) reads next need this in each writer.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ---- register reallocation (PTX ISA 9.7.19.5, sm_90a) -----------------------------------------
+
+template <uint32_t kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(kRegisters));
+}
+
+template <uint32_t kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(kRegisters));
+}
+
+// ---- TMA: bulk tensor copies (PTX ISA 9.7.9.25) -----------------------------------------------
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const TmaDescriptor* desc) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(desc)) : "memory");
+}
+
+// Global -> shared, completing on `bar` with complete_tx of the box's bytes.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc, uint64_t* bar,
+                                            int32_t inner, int32_t outer) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];"
+        :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)),
+           "r"(inner), "r"(outer)
+        : "memory");
+}
+
+// Shared -> global; out-of-bounds rows/columns of the box are not written (tails for free).
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const void* src,
+                                             int32_t inner, int32_t outer) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)),
+                    "r"(inner), "r"(outer)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit_group() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until the committed stores have finished READING shared memory (the buffer is reusable).
+__device__ __forceinline__ void tma_store_wait_read_all() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+// Waits until the committed stores are complete (before the kernel exits).
+__device__ __forceinline__ void tma_store_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// ---- programmatic dependent launch (PTX ISA 9.7.13.9, sm_90) ----------------------------------
+
+// With the PDL launch attribute the next kernel may start early; it waits here for this one.
+__device__ __forceinline__ void griddepcontrol_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+}  // namespace dg

@@ -1,0 +1,198 @@
+// SM90 BF16 GEMM: D[M,N] (+)= A[M,K] @ B[N,K]^T with FP32 accumulation, BF16 or FP32 D.
+//
+// Pipeline: warpgroup 0 is the producer (one thread issues TMA loads into a ring of kNumStages
+// shared-memory stages, each guarded by a "full" and an "empty" mbarrier); warpgroups 1..W are
+// consumers, each owning 64 rows of the BLOCK_M x BLOCK_N tile and issuing one m64nBLOCK_N k16
+// wgmma per 16 of K. The grid is persistent (PersistentTileScheduler), so the producer runs ahead
+// into the next tile while the consumers run the epilogue (SwizzledTmaStoreEpilogue).
+// A and B may each be K-major or MN-major (wgmma's transpose bits read MN-major tiles directly).
+#pragma once
+
+#include <cuda_bf16.h>
+#include "../common/types.cuh"
+
+#include "../common/ptx.cuh"
+#include "epilogue.cuh"
+#include "scheduler.cuh"
+#include "wgmma.cuh"
+#include "wgmma_bf16.cuh"
+
+namespace dg::sm90 {
+
+template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kAKMajor_,
+          bool kBKMajor_, typename OutT_, bool kAccumulate_, uint32_t kGroupM_,
+          uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
+struct Bf16GemmTraits {
+    static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
+    static constexpr bool kAKMajor = kAKMajor_, kBKMajor = kBKMajor_, kAccumulate = kAccumulate_;
+    static constexpr uint32_t kGroupM = kGroupM_;
+    // Problem dims baked in at compile time (compiled_dims); 0 = passed at run time.
+    static constexpr uint32_t kShapeM = kShapeM_, kShapeN = kShapeN_, kShapeK = kShapeK_;
+    using OutT = OutT_;
+
+    static constexpr uint32_t kBlockK = 64;  // 128 bytes of BF16: one 128B-swizzle row
+    static constexpr uint32_t kAtom = 64;    // MN-major tiles: 64-element (128 B) atoms
+    static constexpr uint32_t kNumMathWarpgroups = kBlockM / 64;
+    static constexpr uint32_t kNumThreads = 128 * (1 + kNumMathWarpgroups);
+
+    static constexpr uint32_t kTileABytes = kBlockM * kBlockK * 2;
+    static constexpr uint32_t kTileBBytes = kBlockN * kBlockK * 2;
+    static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
+
+    using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    using Mma = WgmmaBf16<kBlockN, kAKMajor ? 0 : 1, kBKMajor ? 0 : 1>;
+
+    // Shared-memory plan; every tile region starts 1024-byte aligned (128B-swizzle atom).
+    static constexpr uint32_t kOffsetA = 0;
+    static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
+    static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
+    static constexpr uint32_t kOffsetBarriers =
+        kOffsetStaging + kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup;
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
+    static constexpr uint32_t kSmemBytes = kOffsetBarriers + kNumBarriers * 8 + 1024;  // + align
+
+    // Registers: the producer needs few; the consumers hold BLOCK_N/2 FP32 accumulators each.
+    static constexpr uint32_t kProducerRegisters = 40;
+    static constexpr uint32_t kConsumerRegisters = kNumMathWarpgroups == 1 ? 240 : 232;
+
+    static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
+    static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "block N is 64, 128, 192 or 256");
+    static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
+    static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
+};
+
+template <class T>
+__device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                               const TmaDescriptor& tma_d, uint32_t shape_m,
+                                               uint32_t shape_n, uint32_t shape_k) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    uint8_t* tiles_a = smem + T::kOffsetA;
+    uint8_t* tiles_b = smem + T::kOffsetB;
+    uint8_t* staging = smem + T::kOffsetStaging;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffsetBarriers);
+    uint64_t* empty = full + T::kNumStages;
+    uint64_t* epilogue_barriers = empty + T::kNumStages;
+
+    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
+    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
+    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
+    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
+    const uint32_t warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_descriptor(&tma_a);
+        tma_prefetch_descriptor(&tma_b);
+        tma_prefetch_descriptor(&tma_d);
+#pragma unroll
+        for (uint32_t s = 0; s < T::kNumStages; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], 128 * T::kNumMathWarpgroups);
+        }
+#pragma unroll
+        for (uint32_t w = 0; w < T::kNumMathWarpgroups; ++w)
+            mbarrier_init(&epilogue_barriers[w], 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    // Under programmatic dependent launch, inputs written by the previous kernel are visible
+    // only after this; without PDL it returns at once.
+    griddepcontrol_wait();
+
+    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM> scheduler(m, n);
+    uint32_t m_block, n_block;
+
+    if (warpgroup == 0) {
+        // ---- producer ----
+        setmaxnreg_dec<T::kProducerRegisters>();
+        if (threadIdx.x != 0)
+            return;
+        uint32_t stage = 0, phase = 0;
+        while (scheduler.next(m_block, n_block)) {
+            for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+                mbarrier_wait(&empty[stage], phase ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], T::kStageBytes);
+                uint8_t* a = tiles_a + stage * T::kTileABytes;
+                uint8_t* b = tiles_b + stage * T::kTileBBytes;
+                const uint32_t k0 = kb * T::kBlockK;
+                // K-major: one box [rows][64 of K]. MN-major: boxes [64 of K][64 of MN], one per atom.
+                if constexpr (T::kAKMajor) {
+                    tma_load_2d(a, &tma_a, &full[stage], k0, m_block * T::kBlockM);
+                } else {
+#pragma unroll
+                    for (uint32_t i = 0; i < T::kBlockM / T::kAtom; ++i)
+                        tma_load_2d(a + i * T::kAtom * 128, &tma_a, &full[stage],
+                                    m_block * T::kBlockM + i * T::kAtom, k0);
+                }
+                if constexpr (T::kBKMajor) {
+                    tma_load_2d(b, &tma_b, &full[stage], k0, n_block * T::kBlockN);
+                } else {
+#pragma unroll
+                    for (uint32_t i = 0; i < T::kBlockN / T::kAtom; ++i)
+                        tma_load_2d(b + i * T::kAtom * 128, &tma_b, &full[stage],
+                                    n_block * T::kBlockN + i * T::kAtom, k0);
+                }
+                if (++stage == T::kNumStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    setmaxnreg_inc<T::kConsumerRegisters>();
+    const uint32_t math_wg = warpgroup - 1;
+    float acc[T::kBlockN / 2];
+    uint32_t stage = 0, phase = 0, epilogue_phase = 0;
+
+    // Per-k16-step descriptor advance: K-major tiles move 16 elements (32 B) along the row;
+    // MN-major tiles move 16 rows of K (16 * 128 B).
+    constexpr uint32_t kStepA = T::kAKMajor ? 32 : 16 * 128;
+    constexpr uint32_t kStepB = T::kBKMajor ? 32 : 16 * 128;
+    constexpr uint32_t kLeadingA = T::kAKMajor ? 16 : T::kAtom * 128;
+    constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
+    // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
+    const uint32_t a_offset = math_wg * 64 * 128;
+
+    while (scheduler.next(m_block, n_block)) {
+        uint32_t previous_stage = 0;
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+            mbarrier_wait(&full[stage], phase);
+            const uint32_t a_base = smem_addr(tiles_a + stage * T::kTileABytes) + a_offset;
+            const uint32_t b_base = smem_addr(tiles_b + stage * T::kTileBBytes);
+            wgmma_fence_operands<T::kBlockN / 2>(acc);
+            wgmma_fence();
+#pragma unroll
+            for (uint32_t ks = 0; ks < T::kBlockK / 16; ++ks) {
+                const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStepA, kLeadingA);
+                const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStepB, kLeadingB);
+                T::Mma::mma(desc_a, desc_b, acc, kb > 0 || ks > 0);
+            }
+            wgmma_commit_group();
+            // Keep this k-block's MMAs in flight; the previous block's are done, free its stage.
+            wgmma_wait_group<1>();
+            wgmma_fence_operands<T::kBlockN / 2>(acc);
+            if (kb > 0)
+                mbarrier_arrive(&empty[previous_stage]);
+            previous_stage = stage;
+            if (++stage == T::kNumStages) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait_group<0>();
+        wgmma_fence_operands<T::kBlockN / 2>(acc);
+        mbarrier_arrive(&empty[previous_stage]);
+
+        T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                           &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                           m_block * T::kBlockM + math_wg * 64, n_block * T::kBlockN,
+                           /*barrier_id=*/1 + math_wg);
+    }
+    T::Epilogue::finish();
+}
+
+}  // namespace dg::sm90

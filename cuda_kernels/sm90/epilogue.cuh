@@ -1,0 +1,125 @@
+// Epilogue: accumulators -> shared memory (128-byte swizzled, the layout TMA reads without bank
+// conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
+// in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype).
+// Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
+// wait for each other here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include "../common/types.cuh"
+
+#include "../common/ptx.cuh"
+
+namespace dg::sm90 {
+
+// Shared-memory accesses through 32-bit shared-window addresses (ld/st.shared): generic
+// pointers would cost 64-bit address registers per element and spill the epilogue.
+template <typename OutT> struct OutputPair;
+
+template <> struct OutputPair<float> {
+    __device__ __forceinline__ static float2 load(uint32_t addr) {
+        float2 v;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+        return v;
+    }
+    __device__ __forceinline__ static void store(uint32_t addr, float2 v) {
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y));
+    }
+};
+
+template <> struct OutputPair<__nv_bfloat16> {
+    __device__ __forceinline__ static float2 load(uint32_t addr) {
+        uint32_t bits;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr));
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&bits));
+    }
+    __device__ __forceinline__ static void store(uint32_t addr, float2 v) {
+        __nv_bfloat162 packed = __float22bfloat162_rn(v);
+        asm volatile("st.shared.b32 [%0], %1;"
+                     :: "r"(addr), "r"(*reinterpret_cast<uint32_t*>(&packed)));
+    }
+};
+
+template <typename OutT, uint32_t kBlockN, bool kAccumulate>
+struct SwizzledTmaStoreEpilogue {
+    static constexpr uint32_t kRows = 64;                       // one warpgroup's wgmma M
+    static constexpr uint32_t kSlabCols = 128 / sizeof(OutT);   // a 128-byte swizzle row
+    static constexpr uint32_t kNumSlabs = kBlockN / kSlabCols;
+    static constexpr uint32_t kSlabBytes = kRows * 128;
+    static constexpr uint32_t kBytesPerWarpgroup = kNumSlabs * kSlabBytes;
+    static_assert(kBlockN % kSlabCols == 0, "block N must be a whole number of swizzle rows");
+
+    // Byte offset of element (row, col) in the staging buffer: slab-major, then the 128-byte
+    // swizzle (16-byte chunk index XOR row % 8), matching CU_TENSOR_MAP_SWIZZLE_128B.
+    __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t col) {
+        const uint32_t slab = col / kSlabCols;
+        const uint32_t byte_in_row = (col % kSlabCols) * sizeof(OutT);
+        const uint32_t chunk = (byte_in_row >> 4) ^ (row & 7);
+        return slab * kSlabBytes + row * 128 + (chunk << 4) + (byte_in_row & 15);
+    }
+
+    // acc: the m64nBLOCK_N wgmma fragment of this thread. row0/col0: global coordinates of the
+    // warpgroup's first element. load_phase flips on every accumulate load.
+    __device__ __forceinline__ static void store(const float* acc, uint8_t* staging,
+                                                 uint64_t* load_barrier, uint32_t& load_phase,
+                                                 const TmaDescriptor* tma_d, uint32_t row0,
+                                                 uint32_t col0, uint32_t barrier_id) {
+        const uint32_t thread = threadIdx.x % 128;
+        const bool leader = thread == 0;
+
+        // The previous tile's stores must have finished reading the staging buffer.
+        if (leader)
+            tma_store_wait_read_all();
+        named_barrier_sync(barrier_id, 128);
+
+        if constexpr (kAccumulate) {
+            if (leader) {
+                // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
+                mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
+#pragma unroll
+                for (uint32_t s = 0; s < kNumSlabs; ++s)
+                    tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier,
+                                col0 + s * kSlabCols, row0);
+            }
+            mbarrier_wait(load_barrier, load_phase);
+            load_phase ^= 1;
+        }
+
+        // wgmma m64nN fragment (PTX ISA 9.7.15.5.2): warp w holds rows 16w + lane/4 (+8);
+        // registers 4t..4t+3 hold columns 8t + 2*(lane%4) + {0,1} of those two rows.
+        const uint32_t warp = thread / 32, lane = thread % 32;
+        const uint32_t staging_addr = smem_addr(staging);
+#pragma unroll
+        for (uint32_t t = 0; t < kBlockN / 8; ++t) {
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half) {
+                const uint32_t row = warp * 16 + lane / 4 + half * 8;
+                const uint32_t col = t * 8 + (lane % 4) * 2;
+                const uint32_t p = staging_addr + offset(row, col);
+                float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+                if constexpr (kAccumulate) {
+                    const float2 old = OutputPair<OutT>::load(p);
+                    v.x += old.x;
+                    v.y += old.y;
+                }
+                OutputPair<OutT>::store(p, v);
+            }
+        }
+        fence_proxy_async_shared();
+        named_barrier_sync(barrier_id, 128);
+
+        if (leader) {
+#pragma unroll
+            for (uint32_t s = 0; s < kNumSlabs; ++s)
+                tma_store_2d(tma_d, staging + s * kSlabBytes, col0 + s * kSlabCols, row0);
+            tma_store_commit_group();
+        }
+    }
+
+    __device__ __forceinline__ static void finish() {
+        if (threadIdx.x % 128 == 0)
+            tma_store_wait_all();
+    }
+};
+
+}  // namespace dg::sm90

@@ -1,0 +1,15 @@
+"""dg_triton: DeepGEMM-compatible tensor-core kernels (Triton front, JIT-compiled CUDA back).
+
+Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
+Built so far: the SM90 BF16 dense GEMMs. SM100 code paths are compile-checked only.
+"""
+__version__ = "2.6.1"
+
+from dg_triton import testing, utils
+from dg_triton.errors import DGArgumentError
+from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
+from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,
+                                get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util,
+                                set_block_size_multiple_of, set_ignore_compile_dims, set_num_sms,
+                                set_pdl, set_tc_util, use_deterministic_algorithms)
+from dg_triton.utils import *  # noqa: F401,F403  (ceil_div, align, layout helpers: API.md 3)

@@ -1,0 +1,54 @@
+"""Dense GEMMs: D = C + A @ B (API.md 3.2). Every alias rewrites its physical operands into the
+logical NT problem (A [M, K], B [N, K]) with views, never copies; the NT core validates,
+dispatches and launches.
+"""
+import torch
+
+from dg_triton import dispatch, validation
+from dg_triton.kernels import sm90_bf16_gemm
+
+
+def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
+    m, n, k = validation.bf16_gemm(function, a, b, d, c)
+    # Empty problems (API.md 1.3): nothing to multiply, no kernel.
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    a_k_major = validation.operand_major(function, "a", a, "[M, K]")
+    b_k_major = validation.operand_major(function, "b", b, "[N, K]")
+    validation.n_major_output(function, "d", d)
+    dispatch.backend(function, d.device, (dispatch.SM90,))
+    if c is not None and c is not d:
+        d.copy_(c)
+    sm90_bf16_gemm.run(function, a, b, d, m, n, k, a_k_major, b_k_major,
+                       accumulate=c is not None, compiled_dims=compiled_dims)
+
+
+def _transpose(t):
+    # Only tensors are transposed; anything else reaches validation as it came.
+    return t.transpose(0, 1) if isinstance(t, torch.Tensor) and t.dim() == 2 else t
+
+
+def bf16_gemm_nt(a, b, d, c=None, compiled_dims: str = "nk") -> None:
+    """d = c + a @ b.T with a [M, K], b [N, K] BF16, d/c [M, N] BF16 or FP32 (N-major)."""
+    _bf16_gemm("bf16_gemm_nt", a, b, d, c, compiled_dims)
+
+
+def bf16_gemm_nn(a, b, d, c=None, compiled_dims: str = "nk") -> None:
+    """d = c + a @ b with a [M, K], b [K, N]."""
+    _bf16_gemm("bf16_gemm_nn", a, _transpose(b), d, c, compiled_dims)
+
+
+def bf16_gemm_tn(a, b, d, c=None, compiled_dims: str = "mn") -> None:
+    """d = c + a.T @ b with a [K, M], b [K, N]."""
+    _bf16_gemm("bf16_gemm_tn", _transpose(a), _transpose(b), d, c, compiled_dims)
+
+
+def bf16_gemm_tt(a, b, d, c=None, compiled_dims: str = "mn") -> None:
+    """d = c + a.T @ b.T with a [K, M], b [N, K]."""
+    _bf16_gemm("bf16_gemm_tt", _transpose(a), b, d, c, compiled_dims)

@@ -1,0 +1,167 @@
+"""Host side of the SM90 BF16 GEMM (cuda_kernels/sm90/bf16_gemm.cuh): kernel source for a config,
+TMA descriptors for the operands, and the cached launch plan per problem.
+
+The first call of a problem (shape, layouts, dtypes, strides, settings) builds a `_Plan`: config
+from heuristics/sm90.py, the JIT-compiled kernel, TMA parameters and a Launcher. Later calls of the
+same problem only read three data pointers, look up their descriptors and launch.
+"""
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from dg_triton import settings
+from dg_triton.dispatch import print_config_once
+from dg_triton.heuristics.sm90 import Bf16GemmConfig, bf16_gemm_shared_memory, choose_bf16_gemm_config
+from dg_triton.jit import compiler, tma
+from dg_triton.jit.module import TMA, U32, Kernel, Launcher
+
+KERNEL_SYMBOL = "sm90_bf16_gemm"
+_OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
+
+
+@dataclass(frozen=True)
+class Bf16GemmKernelSpec:
+    """Everything compiled into one kernel binary."""
+    config: Bf16GemmConfig
+    a_k_major: bool
+    b_k_major: bool
+    out_dtype: torch.dtype
+    accumulate: bool
+    shape_m: int = 0      # 0: passed at run time (compiled_dims)
+    shape_n: int = 0
+    shape_k: int = 0
+
+    @property
+    def name(self) -> str:
+        c = self.config
+        layout = ("k" if self.a_k_major else "m") + ("k" if self.b_k_major else "n")
+        out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
+        return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
+                f"{'_acc' if self.accumulate else ''}")
+
+    def source(self) -> str:
+        c = self.config
+        flag = lambda value: "true" if value else "false"  # noqa: E731
+        return f'''// {self.name}
+#include "sm90/bf16_gemm.cuh"
+
+using Traits = dg::sm90::Bf16GemmTraits<
+    {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
+    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {c.group_m},
+    {self.shape_m}, {self.shape_n}, {self.shape_k}>;
+
+extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
+{KERNEL_SYMBOL}(const __grid_constant__ dg::TmaDescriptor tma_a,
+               const __grid_constant__ dg::TmaDescriptor tma_b,
+               const __grid_constant__ dg::TmaDescriptor tma_d,
+               uint32_t shape_m, uint32_t shape_n, uint32_t shape_k) {{
+    dg::sm90::bf16_gemm_body<Traits>(tma_a, tma_b, tma_d, shape_m, shape_n, shape_k);
+}}
+'''
+
+    @property
+    def shared_memory(self) -> int:
+        c = self.config
+        return bf16_gemm_shared_memory(c.block_m, c.block_n, c.num_stages,
+                                       torch.finfo(self.out_dtype).bits // 8)
+
+
+def compile_spec(spec: Bf16GemmKernelSpec, arch: str = "sm_90a") -> compiler.CompiledKernel:
+    return compiler.compile_kernel(spec.name, spec.source(), arch)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(spec: Bf16GemmKernelSpec, device_index: int) -> Kernel:
+    compiled = compile_spec(spec)
+    return Kernel(compiled.cubin, KERNEL_SYMBOL, device_index, name=spec.name)
+
+
+def _operand_params(rows: int, k: int, strides: tuple[int, int], k_major: bool, block_rows: int
+                    ) -> tma.Tma2dParams:
+    """A logical [rows, K] BF16 operand. K-major: boxes of [block_rows][64 of K]. MN-major:
+    boxes of [64 of K][64 of rows] (the kernel loads block_rows / 64 of them per stage)."""
+    if k_major:
+        inner, outer, stride = k, rows, strides[0]
+        box_inner, box_outer = 64, block_rows
+    else:
+        inner, outer, stride = rows, k, strides[1]
+        box_inner, box_outer = 64, 64
+    row_bytes = stride * 2 if outer > 1 else -(-inner * 2 // 16) * 16
+    return tma.Tma2dParams(2, inner, outer, row_bytes, box_inner, box_outer, tma.SWIZZLE_128B)
+
+
+def _output_params(m: int, n: int, row_stride: int, element: int) -> tma.Tma2dParams:
+    row_bytes = row_stride * element if m > 1 else -(-n * element // 16) * 16
+    return tma.Tma2dParams(element, n, m, row_bytes, 128 // element, 64, tma.SWIZZLE_128B)
+
+
+class _Plan:
+    __slots__ = ("launcher", "params_a", "params_b", "params_d", "m", "n", "k", "spec")
+
+    def __init__(self, spec, launcher, params_a, params_b, params_d, m, n, k):
+        self.spec, self.launcher = spec, launcher
+        self.params_a, self.params_b, self.params_d = params_a, params_b, params_d
+        self.m, self.n, self.k = m, n, k
+
+
+_plans: dict = {}
+
+
+def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int, int]:
+    if settings._ignore_compile_dims:
+        return 0, 0, 0
+    return (m if "m" in compiled_dims else 0, n if "n" in compiled_dims else 0,
+            k if "k" in compiled_dims else 0)
+
+
+def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate, compiled_dims,
+               config: Bf16GemmConfig | None) -> _Plan:
+    device_index = d.device.index
+    num_sms = settings._num_sms or settings.device_sm_count(device_index)
+    element = d.element_size()
+    if config is None:
+        config = choose_bf16_gemm_config(m, n, k, element, num_sms,
+                                         settings._block_size_multiple_of[1])
+    spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, d.dtype, accumulate,
+                              *_compiled_dims(m, n, k, compiled_dims))
+    print_config_once(function, (m, n, k), d.device, spec)
+    kernel = _load(spec, device_index)
+    launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
+                        shared_memory=spec.shared_memory, param_kinds=(TMA, TMA, TMA, U32, U32, U32),
+                        pdl=settings._pdl)
+    return _Plan(spec, launcher,
+                 _operand_params(m, k, a.stride(), a_k_major, config.block_m),
+                 _operand_params(n, k, b.stride(), b_k_major, config.block_n),
+                 _output_params(m, n, d.stride(0), element), m, n, k)
+
+
+def _current_stream(device_index: int) -> int:
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+try:  # the raw getter skips building a torch.cuda.Stream object per call (~2 us)
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+
+    def _current_stream(device_index: int) -> int:  # noqa: F811
+        return _raw_stream(device_index)
+except ImportError:
+    pass
+
+
+def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int, k: int,
+        a_k_major: bool, b_k_major: bool, accumulate: bool, compiled_dims: str,
+        config: Bf16GemmConfig | None = None) -> None:
+    """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C."""
+    key = (m, n, k, a_k_major, b_k_major, d.dtype, accumulate, compiled_dims, a.stride(),
+           b.stride(), d.stride(0), d.device.index, settings._num_sms, settings._pdl,
+           settings._ignore_compile_dims, settings._block_size_multiple_of, config)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
+                                        accumulate, compiled_dims, config)
+    plan.launcher(_current_stream(d.device.index),
+                  tma.encode(plan.params_a, a.data_ptr()),
+                  tma.encode(plan.params_b, b.data_ptr()),
+                  tma.encode(plan.params_d, d.data_ptr()),
+                  m, n, k)

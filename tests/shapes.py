@@ -1,0 +1,55 @@
+"""Problem shapes of the GPU tests, kept in one place (STYLE.md "Tests").
+
+The dense lists copy API.md section 8 (the upstream DeepGEMM test generators); the edge and tail
+lists are ours. Every GPU test takes its shapes from here. Sizes are (M, N, K) of the logical
+problem D[M, N] = C + A[M, K] @ B[N, K].T, whatever alias passes the tensors.
+"""
+
+# --- Dense BF16 GEMM (API.md 8 "Dense") ----------------------------------------------------------
+
+# Forward M: decode (1 token), one 128-row block, prefill (4096 tokens).
+BF16_DENSE_FORWARD_M = [1, 128, 4096]
+
+# Forward (N, K) with a bf16 D: the DeepSeek-V3 projection weights.
+BF16_DENSE_BF16_OUT_NK = [
+    (2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048),
+]
+
+# Forward (N, K) with an fp32 D: the MoE router (256 experts) and the LM head (vocabulary 129280).
+BF16_DENSE_FP32_OUT_NK = [(256, 7168), (129280, 7168)]
+
+# (N, K) whose M=4096 runs are costly (the LM head: an fp32 D of 2 GiB, a 7.6 TFLOP reference in
+# FP32): the GPU tests run M=4096 on these once, in the forward `nt` test only.
+BF16_DENSE_LARGE_NK = [(129280, 7168)]
+
+# Backward shapes derive from every forward (N, K) (BF16 adds the fp32-out pairs to the loop) with
+# the tokens of the forward pass as M.
+BF16_DENSE_BACKWARD_NK = BF16_DENSE_BF16_OUT_NK + BF16_DENSE_FP32_OUT_NK
+BF16_DENSE_BACKWARD_M = 4096
+
+# dgrad (M=4096, N=k, K=n): bf16 D, A K-major, B MN-major -> alias `nn`.
+BF16_DENSE_DGRAD_MNK = [(BF16_DENSE_BACKWARD_M, k, n) for n, k in BF16_DENSE_BACKWARD_NK]
+
+# wgrad (M=n, N=4096, K=k) as API.md 8 lists it: A and B MN-major -> alias `tn`; run twice, fp32 D
+# accumulated into (c is d) and bf16 D without c.
+BF16_DENSE_WGRAD_MNK = [(n, BF16_DENSE_BACKWARD_M, k) for n, k in BF16_DENSE_BACKWARD_NK]
+
+# --- Edges and tails (ours) ----------------------------------------------------------------------
+
+# Edge M: one row (a size-1 dim, exempt from the 16-byte stride rule), fewer rows than any tile,
+# one row past a 128-row block. MN-major A of M=7/129 needs a padded row stride (tests pad to 8).
+BF16_DENSE_EDGE_M = [1, 7, 129]
+
+# (N, K) used with the edge M values: several N and K blocks, cheap.
+BF16_DENSE_EDGE_NK = (2112, 7168)
+
+# N tails: multiples of 8 (a bf16 D row stays a 16-byte multiple, the TMA rule) but not of 16, so
+# the last N block is partial and its store must be clipped.
+BF16_DENSE_TAIL_N = [8, 24, 584, 2120]
+
+# K tails, same rule for K-major rows: the last K block is partial and must read as zeros.
+BF16_DENSE_TAIL_K = [8, 136, 7176]
+
+# (M, K) used with the N tails and (M, N) used with the K tails.
+BF16_DENSE_TAIL_N_MK = (128, 1536)
+BF16_DENSE_TAIL_K_MN = (128, 2112)

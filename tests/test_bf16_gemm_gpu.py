@@ -1,0 +1,243 @@
+"""bf16_gemm_{nt,nn,tn,tt} on an SM90 GPU against dg_triton.reference (API.md 3.2, 8).
+
+Every output is poisoned with NaN before the call, so a tile the kernel forgets to write fails the
+finiteness check even where the reference would tolerate it. Threshold: calc_diff < 1e-5 (API.md 8).
+"""
+import zlib
+
+import pytest
+import torch
+
+from shapes import (
+    BF16_DENSE_BF16_OUT_NK, BF16_DENSE_DGRAD_MNK, BF16_DENSE_EDGE_M, BF16_DENSE_EDGE_NK,
+    BF16_DENSE_FORWARD_M, BF16_DENSE_FP32_OUT_NK, BF16_DENSE_LARGE_NK, BF16_DENSE_TAIL_K,
+    BF16_DENSE_TAIL_K_MN, BF16_DENSE_TAIL_N, BF16_DENSE_TAIL_N_MK, BF16_DENSE_WGRAD_MNK,
+)
+
+pytestmark = pytest.mark.gpu
+if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
+    pytest.skip("needs an SM90 GPU", allow_module_level=True)
+
+ALIASES = ("nt", "nn", "tn", "tt")
+THRESHOLD = 1e-5
+C_MODES = ("distinct", "in_place")
+# The forward N of the costly pairs: it is dgrad's K and wgrad's M, and those runs are left out.
+LARGE_N = {n for n, _ in BF16_DENSE_LARGE_NK}
+
+
+@pytest.fixture(autouse=True)
+def seed_per_test(request):
+    # Fresh inputs per test, reproducible from the test id alone.
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+def gemm(alias):
+    import dg_triton
+    return getattr(dg_triton, f"bf16_gemm_{alias}")
+
+
+def calc_diff(x, y):
+    from dg_triton.testing import calc_diff
+    return calc_diff(x, y)
+
+
+def gemm_reference(a, b, d, c, alias):
+    from dg_triton.reference import gemm_reference
+    return gemm_reference(a, b, d, c, alias)
+
+
+def randn_matrix(rows, cols):
+    """bf16 randn [rows, cols], row-major. A row of more than one element whose bytes are not a
+    16-byte multiple is padded to one (TMA rule, API.md 1.2), as a caller must."""
+    row_stride = cols if cols % 8 == 0 or cols == 1 or rows == 1 else (cols + 7) // 8 * 8
+    return torch.randn(rows, row_stride, device="cuda", dtype=torch.bfloat16)[:, :cols]
+
+
+def operands(alias, m, n, k):
+    """(a, b) as the alias takes them: `n` passes a as [M, K] (K-major), `t` as [K, M]
+    (MN-major); the second letter `t` passes b as [N, K], `n` as [K, N] (API.md 1.1)."""
+    a = randn_matrix(m, k) if alias[0] == "n" else randn_matrix(k, m)
+    b = randn_matrix(n, k) if alias[1] == "t" else randn_matrix(k, n)
+    return a, b
+
+
+def nan_output(m, n, dtype):
+    return torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+
+
+def accumulator(m, n, dtype):
+    return (torch.randn(m, n, device="cuda") * 32).to(dtype)
+
+
+def run_and_check(alias, a, b, d, c=None, **kwargs):
+    """Calls the alias and checks d against the reference (computed first: c may be d)."""
+    expected = gemm_reference(a, b, d, c, alias)
+    gemm(alias)(a, b, d, c, **kwargs)
+    torch.cuda.synchronize()
+    assert torch.isfinite(d).all(), "some of d left unwritten (NaN poison) or overflowed"
+    diff = calc_diff(d, expected)
+    assert diff < THRESHOLD, f"calc_diff {diff:.3g} >= {THRESHOLD}"
+
+
+def forward_cases():
+    for n, k in BF16_DENSE_BF16_OUT_NK + BF16_DENSE_FP32_OUT_NK:
+        out_dtype = torch.bfloat16 if (n, k) in BF16_DENSE_BF16_OUT_NK else torch.float32
+        for m in BF16_DENSE_FORWARD_M:
+            for alias in ALIASES:
+                if (n, k) in BF16_DENSE_LARGE_NK and m == 4096 and alias != "nt":
+                    continue
+                yield pytest.param(alias, m, n, k, out_dtype, id=f"{alias}-{m}x{n}x{k}-{str(out_dtype)[6:]}")
+
+
+@pytest.mark.parametrize("alias,m,n,k,out_dtype", list(forward_cases()))
+def test_bf16_gemm_matches_reference_on_deepseek_forward_shapes(alias, m, n, k, out_dtype):
+    a, b = operands(alias, m, n, k)
+    run_and_check(alias, a, b, nan_output(m, n, out_dtype))
+
+
+def accumulation_cases():
+    # Every forward (N, K) in `nt`; the other aliases on one pair of each output dtype.
+    for n, k in BF16_DENSE_BF16_OUT_NK + BF16_DENSE_FP32_OUT_NK:
+        out_dtype = torch.bfloat16 if (n, k) in BF16_DENSE_BF16_OUT_NK else torch.float32
+        aliases = ALIASES if (n, k) in (BF16_DENSE_BF16_OUT_NK[0], BF16_DENSE_FP32_OUT_NK[0]) else ("nt",)
+        for alias in aliases:
+            yield pytest.param(alias, 128, n, k, out_dtype, id=f"{alias}-128x{n}x{k}-{str(out_dtype)[6:]}")
+
+
+@pytest.mark.parametrize("c_mode", C_MODES)
+@pytest.mark.parametrize("alias,m,n,k,out_dtype", list(accumulation_cases()))
+def test_bf16_gemm_adds_c_to_the_product(alias, m, n, k, out_dtype, c_mode):
+    a, b = operands(alias, m, n, k)
+    c = accumulator(m, n, out_dtype)
+    if c_mode == "in_place":
+        run_and_check(alias, a, b, c, c)
+    else:
+        c_before = c.clone()
+        run_and_check(alias, a, b, nan_output(m, n, out_dtype), c)
+        assert torch.equal(c, c_before), "c was written"
+
+
+@pytest.mark.parametrize("m,n,k", [(m, n, k) for m, n, k in BF16_DENSE_DGRAD_MNK if k not in LARGE_N],
+                         ids=lambda v: str(v))
+def test_bf16_gemm_matches_reference_on_dgrad_shapes(m, n, k):
+    # dX = dY @ W: B is the weight W [N_fwd, K_fwd] = [K, N] as stored, i.e. MN-major -> `nn`.
+    # The LM-head pair is left out: its one M=4096 run is the forward test's.
+    a, b = operands("nn", m, n, k)
+    run_and_check("nn", a, b, nan_output(m, n, torch.bfloat16))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16], ids=["fp32-acc", "bf16"])
+@pytest.mark.parametrize("m,n,k", [(m, n, k) for m, n, k in BF16_DENSE_WGRAD_MNK if m not in LARGE_N],
+                         ids=lambda v: str(v))
+def test_bf16_gemm_matches_reference_on_wgrad_shapes(m, n, k, out_dtype):
+    # A and B both MN-major -> `tn`; the fp32 gradient accumulates in place (c is d), the bf16 one not.
+    a, b = operands("tn", m, n, k)
+    if out_dtype == torch.float32:
+        d = accumulator(m, n, out_dtype)
+        run_and_check("tn", a, b, d, d)
+    else:
+        run_and_check("tn", a, b, nan_output(m, n, out_dtype))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("m", BF16_DENSE_EDGE_M)
+def test_bf16_gemm_handles_m_smaller_than_a_tile_or_just_past_one(m, alias, out_dtype):
+    n, k = BF16_DENSE_EDGE_NK
+    a, b = operands(alias, m, n, k)
+    run_and_check(alias, a, b, nan_output(m, n, out_dtype))
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("n", BF16_DENSE_TAIL_N)
+def test_bf16_gemm_handles_n_not_a_multiple_of_the_block(n, alias):
+    m, k = BF16_DENSE_TAIL_N_MK
+    a, b = operands(alias, m, n, k)
+    run_and_check(alias, a, b, nan_output(m, n, torch.bfloat16))
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("k", BF16_DENSE_TAIL_K)
+def test_bf16_gemm_handles_k_not_a_multiple_of_the_block(k, alias):
+    m, n = BF16_DENSE_TAIL_K_MN
+    a, b = operands(alias, m, n, k)
+    run_and_check(alias, a, b, nan_output(m, n, torch.bfloat16))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("alias", ALIASES)
+def test_bf16_gemm_writes_only_the_columns_of_a_padded_output(alias, out_dtype):
+    # D and C with row strides past N (API.md 1.2): the padding columns must stay as they were.
+    m, n, k = 129, 2120, 1536
+    a, b = operands(alias, m, n, k)
+    d_rows = torch.full((m, n + 24), float("nan"), device="cuda", dtype=out_dtype)
+    c = accumulator(m, n + 40, out_dtype)[:, :n]
+    d = d_rows[:, :n]
+    run_and_check(alias, a, b, d, c)
+    assert torch.isnan(d_rows[:, n:]).all(), "padding columns of d were written"
+
+
+@pytest.mark.parametrize("compiled_dims", ["", "m", "nk", "mn", "mnk"])
+@pytest.mark.parametrize("alias", ["nt", "tn"])
+def test_bf16_gemm_result_does_not_depend_on_compiled_dims(alias, compiled_dims):
+    m, n, k = 129, 576, 7168
+    a, b = operands(alias, m, n, k)
+    run_and_check(alias, a, b, nan_output(m, n, torch.bfloat16), compiled_dims=compiled_dims)
+
+
+def test_bf16_gemm_cuda_graph_replay_matches_eager_bitwise():
+    alias, (m, n, k) = "tn", (129, 2112, 7168)
+    a, b = operands(alias, m, n, k)
+    c = accumulator(m, n, torch.float32)
+
+    def eager():
+        d = nan_output(m, n, torch.float32)
+        gemm(alias)(a, b, d, c)  # the first call also JIT-compiles, outside the capture
+        torch.cuda.synchronize()
+        return d
+
+    d_eager = eager()
+    d_graph = nan_output(m, n, torch.float32)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(alias)(a, b, d_graph, c)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(d_graph).all()
+    assert torch.equal(d_graph.view(torch.int32), d_eager.view(torch.int32))
+
+    # A replay reads the captured buffers: new inputs written into them give the new product.
+    a.copy_(torch.randn_like(a))
+    b.copy_(torch.randn_like(b))
+    c.copy_(torch.randn_like(c) * 32)
+    d_graph.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(d_graph.view(torch.int32), eager().view(torch.int32))
+
+
+def test_bf16_gemm_two_shapes_captured_in_one_cuda_graph_are_both_correct():
+    problems = [  # (alias, m, n, k, out dtype)
+        ("nt", 128, 2112, 7168, torch.bfloat16),
+        ("nn", 7, 576, 1536, torch.float32),
+    ]
+    tensors = []
+    for alias, m, n, k, out_dtype in problems:
+        a, b = operands(alias, m, n, k)
+        d = nan_output(m, n, out_dtype)
+        gemm(alias)(a, b, d)  # compile outside the capture
+        tensors.append((alias, a, b, d))
+    torch.cuda.synchronize()
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for alias, a, b, d in tensors:
+            gemm(alias)(a, b, d)
+    for _, _, _, d in tensors:
+        d.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for alias, a, b, d in tensors:
+        assert torch.isfinite(d).all(), alias
+        diff = calc_diff(d, gemm_reference(a, b, d, None, alias))
+        assert diff < THRESHOLD, f"{alias}: calc_diff {diff:.3g} >= {THRESHOLD}"
