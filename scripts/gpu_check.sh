@@ -25,7 +25,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noh
 python3 -m dg_triton 2>&1 | tee "$LOGS/main.txt" | tail -5
 status=0
 if [ "$tests" = 1 ]; then
-    python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$LOGS/gpu_tests.txt" | tail -15
+    # -n 8: the tests compile many kernel variants; compiling is CPU work that parallelizes.
+    python3 -m pytest -q -m gpu tests -p no:cacheprovider -n 8 --maxfail=20 2>&1 | tee "$LOGS/gpu_tests.txt" | tail -15
     status=${PIPESTATUS[0]}
 fi
 if [ "$bench" = 1 ]; then
