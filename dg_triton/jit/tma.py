@@ -85,8 +85,10 @@ def encode(params: Tma2dParams, address: int) -> bytes:
     driver, dtypes, swizzles = _driver_enums()
     err, tensor_map = driver.cuTensorMapEncodeTiled(
         dtypes[params.element_size], 2, address,
-        [params.inner, params.outer], [params.row_stride_bytes],
-        [params.box_inner, params.box_outer], [1, 1],
+        [driver.cuuint64_t(params.inner), driver.cuuint64_t(params.outer)],
+        [driver.cuuint64_t(params.row_stride_bytes)],
+        [driver.cuuint32_t(params.box_inner), driver.cuuint32_t(params.box_outer)],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzles[params.swizzle],
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
