@@ -49,7 +49,7 @@ class CompiledKernel:
 
     @property
     def resources(self) -> ResourceUsage:
-        return parse_ptxas_log(self.ptxas_log)
+        return resource_usage(self.name, self.ptxas_log, self.cubin)
 
 
 # ---- include paths and the header digest ---------------------------------------------------------
@@ -268,26 +268,61 @@ _STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+
 _REGISTERS_RE = re.compile(r"Used (\d+) registers")
 
 
-def parse_ptxas_log(log: str) -> ResourceUsage:
+def parse_ptxas_log(log: str) -> ResourceUsage | None:
+    """The ptxas resource report, or None when the log has none (seen on the H200's NVRTC for a
+    program it had already compiled in the same process: an empty log, a good cubin)."""
     stack = _STACK_RE.findall(log)
     registers = _REGISTERS_RE.findall(log)
     if not stack or not registers:
-        raise JitCompileError(f"dg_triton JIT: no resource report in the ptxas log:\n{log}")
+        return None
     return ResourceUsage(registers=max(int(r) for r in registers),
                          stack_frame_bytes=max(int(s[0]) for s in stack),
                          spill_store_bytes=max(int(s[1]) for s in stack),
                          spill_load_bytes=max(int(s[2]) for s in stack))
 
 
-def check_resources(name: str, log: str) -> None:
+_RES_USAGE_RE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)")
+
+
+def cubin_resource_usage(cubin: bytes) -> ResourceUsage | None:
+    """The same facts from the cubin itself (cuobjdump -res-usage). It does not split spills from
+    other local memory, so any local memory counts as spills here: a conservative reading."""
+    tool = cuobjdump_path()
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        out = subprocess.run([tool, "-res-usage", file.name], capture_output=True, text=True).stdout
+    found = _RES_USAGE_RE.findall(out)
+    if not found:
+        return None
+    local = max(int(f[2]) for f in found)
+    return ResourceUsage(registers=max(int(f[0]) for f in found),
+                         stack_frame_bytes=max(max(int(f[1]), int(f[2])) for f in found),
+                         spill_store_bytes=local, spill_load_bytes=local)
+
+
+def resource_usage(name: str, log: str, cubin: bytes) -> ResourceUsage:
+    usage = parse_ptxas_log(log) or cubin_resource_usage(cubin)
+    if usage is None:
+        raise JitCompileError(f"dg_triton JIT: no resource report for kernel {name}: the ptxas log "
+                              "has none and cuobjdump is not available to read the cubin")
+    return usage
+
+
+def check_resources(name: str, log: str, cubin: bytes) -> None:
     """DG_JIT_CHECK_NO_SPILLS / DG_JIT_CHECK_NO_LOCAL_MEMORY (and DeepGEMM's DG_JIT_PTXAS_CHECK)."""
-    usage = parse_ptxas_log(log)
+    check_spills = env_flag("DG_JIT_CHECK_NO_SPILLS")
+    check_local = env_flag("DG_JIT_CHECK_NO_LOCAL_MEMORY") or env_flag("DG_JIT_PTXAS_CHECK")
+    if not (check_spills or check_local):
+        return
+    usage = resource_usage(name, log, cubin)
     spills = usage.spill_store_bytes + usage.spill_load_bytes
-    if env_flag("DG_JIT_CHECK_NO_SPILLS") and spills:
+    if check_spills and spills:
         raise JitCompileError(f"dg_triton JIT: kernel {name} spills registers "
                               f"({usage.spill_store_bytes} B stores, {usage.spill_load_bytes} B loads)")
-    if (env_flag("DG_JIT_CHECK_NO_LOCAL_MEMORY") or env_flag("DG_JIT_PTXAS_CHECK")) and (
-            spills or usage.stack_frame_bytes or "Local memory used" in log):
+    if check_local and (spills or usage.stack_frame_bytes or "Local memory used" in log):
         raise JitCompileError(f"dg_triton JIT: kernel {name} uses local memory "
                               f"({usage.stack_frame_bytes} B stack frame, {spills} B spills)")
 
@@ -343,7 +378,7 @@ def compile_kernel(name: str, source: str, arch: str = "sm_90a") -> CompiledKern
         start = time.perf_counter()
         compile_fn = _compile_nvcc if use_nvcc() else _compile_nvrtc
         cubin, log, ptx, command = compile_fn(name, source, arch, flags, dump_ptx)
-        check_resources(name, log)
+        check_resources(name, log, cubin)
         (directory / "kernel.cu").write_text(source)
         (directory / "kernel.cubin").write_bytes(cubin)
         (directory / "ptxas.log").write_text(log)
