@@ -9,7 +9,7 @@ from dg_triton.kernels import sm90_bf16_gemm
 
 
 def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
-    m, n, k = validation.bf16_gemm(function, a, b, d, c)
+    m, n, k, a_k_major, b_k_major, device_index = validation.bf16_gemm(function, a, b, d, c)
     # Empty problems (API.md 1.3): nothing to multiply, no kernel.
     if m == 0 or n == 0:
         return
@@ -19,14 +19,12 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
         elif c is not d:
             d.copy_(c)
         return
-    a_k_major = validation.operand_major(function, "a", a, "[M, K]")
-    b_k_major = validation.operand_major(function, "b", b, "[N, K]")
-    validation.n_major_output(function, "d", d)
-    dispatch.backend(function, d.device, (dispatch.SM90,))
     if c is not None and c is not d:
+        dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d
         d.copy_(c)
     sm90_bf16_gemm.run(function, a, b, d, m, n, k, a_k_major, b_k_major,
-                       accumulate=c is not None, compiled_dims=compiled_dims)
+                       accumulate=c is not None, compiled_dims=compiled_dims,
+                       device_index=device_index)
 
 
 def _transpose(t):

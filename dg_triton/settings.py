@@ -174,3 +174,9 @@ def use_deterministic_algorithms(enable: bool, /) -> None:
 
 def get_deterministic_algorithms() -> bool:
     return _deterministic
+
+
+def plan_settings() -> tuple:
+    """The settings a cached launch plan depends on (grid size, PDL, compiled dims, block-size
+    constraints): part of every plan key, so changing a setting never reuses a stale plan."""
+    return (_num_sms, _pdl, _ignore_compile_dims, _block_size_multiple_of)

@@ -6,7 +6,7 @@ Run: python scripts/gen_wgmma.py   (re-run after changing WGMMA_N)
 """
 from pathlib import Path
 
-WGMMA_N = (64, 128, 192, 256)
+WGMMA_N = tuple(range(16, 257, 16))  # block N steps of 16, as DeepGEMM's SM90 heuristics
 OUT = Path(__file__).resolve().parent.parent / "cuda_kernels" / "sm90" / "wgmma_bf16.cuh"
 
 

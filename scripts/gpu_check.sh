@@ -30,6 +30,7 @@ if [ "$tests" = 1 ]; then
     status=${PIPESTATUS[0]}
 fi
 if [ "$bench" = 1 ]; then
+    python3 benchmarks/profile_host.py 2>&1 | tee "$LOGS/host_profile.txt" | tail -20
     python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep 2>&1 | tee "$LOGS/bench.txt" | tail -45
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -14,17 +14,20 @@
 #include "../common/ptx.cuh"
 #include "epilogue.cuh"
 #include "scheduler.cuh"
+#include "splitk_epilogue.cuh"
 #include "wgmma.cuh"
 #include "wgmma_bf16.cuh"
 
 namespace dg::sm90 {
 
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kAKMajor_,
-          bool kBKMajor_, typename OutT_, bool kAccumulate_, uint32_t kGroupM_,
+          bool kBKMajor_, typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_,
           uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
 struct Bf16GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     static constexpr bool kAKMajor = kAKMajor_, kBKMajor = kBKMajor_, kAccumulate = kAccumulate_;
+    // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (num_splits at run time).
+    static constexpr bool kSplitK = kSplitK_;
     static constexpr uint32_t kGroupM = kGroupM_;
     // Problem dims baked in at compile time (compiled_dims); 0 = passed at run time.
     static constexpr uint32_t kShapeM = kShapeM_, kShapeN = kShapeN_, kShapeK = kShapeK_;
@@ -40,31 +43,46 @@ struct Bf16GemmTraits {
     static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
 
     using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
     using Mma = WgmmaBf16<kBlockN, kAKMajor ? 0 : 1, kBKMajor ? 0 : 1>;
 
     // Shared-memory plan; every tile region starts 1024-byte aligned (128B-swizzle atom).
     static constexpr uint32_t kOffsetA = 0;
     static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
     static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
+    // Split-K reduces through global memory: no staging buffer.
     static constexpr uint32_t kOffsetBarriers =
-        kOffsetStaging + kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup;
+        kOffsetStaging + (kSplitK ? 0 : kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup);
     static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
-    static constexpr uint32_t kSmemBytes = kOffsetBarriers + kNumBarriers * 8 + 1024;  // + align
+    static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
+    static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 
     // Registers: the producer needs few; the consumers hold BLOCK_N/2 FP32 accumulators each.
     static constexpr uint32_t kProducerRegisters = 40;
     static constexpr uint32_t kConsumerRegisters = kNumMathWarpgroups == 1 ? 240 : 232;
 
     static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
-    static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "block N is 64, 128, 192 or 256");
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
+    static_assert(kBKMajor || kBlockN % kAtom == 0, "an MN-major B needs whole 64-column atoms");
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
+};
+
+// Split-K arguments (ignored unless T::kSplitK): num_splits K-slices per tile, an FP32 workspace,
+// zeroed per-tile counters, and D as a plain pointer with its row stride.
+struct SplitKArguments {
+    uint32_t num_splits;
+    float* workspace;
+    uint32_t* counters;
+    void* d;
+    uint32_t ld_d;
 };
 
 template <class T>
 __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                const TmaDescriptor& tma_d, uint32_t shape_m,
-                                               uint32_t shape_n, uint32_t shape_k) {
+                                               uint32_t shape_n, uint32_t shape_k,
+                                               const SplitKArguments& split) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -74,6 +92,7 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffsetBarriers);
     uint64_t* empty = full + T::kNumStages;
     uint64_t* epilogue_barriers = empty + T::kNumStages;
+    uint32_t* last_flags = reinterpret_cast<uint32_t*>(smem + T::kOffsetFlags);
 
     const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
     const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
@@ -100,8 +119,9 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
     // only after this; without PDL it returns at once.
     griddepcontrol_wait();
 
-    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM> scheduler(m, n);
-    uint32_t m_block, n_block;
+    const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
+    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM> scheduler(m, n, num_k_blocks, num_splits);
+    WorkUnit unit;
 
     if (warpgroup == 0) {
         // ---- producer ----
@@ -109,8 +129,9 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
         if (threadIdx.x != 0)
             return;
         uint32_t stage = 0, phase = 0;
-        while (scheduler.next(m_block, n_block)) {
-            for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        while (scheduler.next(unit)) {
+            const uint32_t m_block = unit.m_block, n_block = unit.n_block;
+            for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
                 mbarrier_wait(&empty[stage], phase ^ 1);
                 mbarrier_arrive_expect_tx(&full[stage], T::kStageBytes);
                 uint8_t* a = tiles_a + stage * T::kTileABytes;
@@ -157,9 +178,9 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
     // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
     const uint32_t a_offset = math_wg * 64 * 128;
 
-    while (scheduler.next(m_block, n_block)) {
+    while (scheduler.next(unit)) {
         uint32_t previous_stage = 0;
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
             mbarrier_wait(&full[stage], phase);
             const uint32_t a_base = smem_addr(tiles_a + stage * T::kTileABytes) + a_offset;
             const uint32_t b_base = smem_addr(tiles_b + stage * T::kTileBBytes);
@@ -169,13 +190,13 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
             for (uint32_t ks = 0; ks < T::kBlockK / 16; ++ks) {
                 const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStepA, kLeadingA);
                 const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStepB, kLeadingB);
-                T::Mma::mma(desc_a, desc_b, acc, kb > 0 || ks > 0);
+                T::Mma::mma(desc_a, desc_b, acc, kb > unit.k_block_begin || ks > 0);
             }
             wgmma_commit_group();
             // Keep this k-block's MMAs in flight; the previous block's are done, free its stage.
             wgmma_wait_group<1>();
             wgmma_fence_operands<T::kBlockN / 2>(acc);
-            if (kb > 0)
+            if (kb > unit.k_block_begin)
                 mbarrier_arrive(&empty[previous_stage]);
             previous_stage = stage;
             if (++stage == T::kNumStages) {
@@ -187,10 +208,17 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
         wgmma_fence_operands<T::kBlockN / 2>(acc);
         mbarrier_arrive(&empty[previous_stage]);
 
-        T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                           &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                           m_block * T::kBlockM + math_wg * 64, n_block * T::kBlockN,
-                           /*barrier_id=*/1 + math_wg);
+        if constexpr (T::kSplitK) {
+            T::SplitEpilogue::store(acc, unit, num_splits, scheduler.num_tiles, math_wg,
+                                    split.workspace, split.counters,
+                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
+                                    &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else {
+            T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                               &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                               unit.m_block * T::kBlockM + math_wg * 64,
+                               unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
+        }
     }
     T::Epilogue::finish();
 }

@@ -1,5 +1,5 @@
-// Epilogue: accumulators -> shared memory (128-byte swizzled, the layout TMA reads without bank
-// conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
+// Epilogue: accumulators -> shared memory (swizzled as TMA expects, so the writes mostly avoid
+// bank conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
 // in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype).
 // Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
 // wait for each other here.
@@ -42,20 +42,26 @@ template <> struct OutputPair<__nv_bfloat16> {
 
 template <typename OutT, uint32_t kBlockN, bool kAccumulate>
 struct SwizzledTmaStoreEpilogue {
-    static constexpr uint32_t kRows = 64;                       // one warpgroup's wgmma M
-    static constexpr uint32_t kSlabCols = 128 / sizeof(OutT);   // a 128-byte swizzle row
+    static constexpr uint32_t kRows = 64;  // one warpgroup's wgmma M
+    static constexpr uint32_t kRowBytes = kBlockN * sizeof(OutT);
+    // The widest TMA swizzle span (128, 64 or 32 bytes) that tiles a row of the block exactly; a
+    // TMA box row may not be wider than its swizzle span, so the tile is stored as slabs of
+    // kSlabCols columns. Narrower spans only cost some bank conflicts on the shared-memory writes.
+    static constexpr uint32_t kSwizzleBytes = kRowBytes % 128 == 0 ? 128 : kRowBytes % 64 == 0 ? 64 : 32;
+    static constexpr uint32_t kSlabCols = kSwizzleBytes / sizeof(OutT);
     static constexpr uint32_t kNumSlabs = kBlockN / kSlabCols;
-    static constexpr uint32_t kSlabBytes = kRows * 128;
+    static constexpr uint32_t kSlabBytes = kRows * kSwizzleBytes;
     static constexpr uint32_t kBytesPerWarpgroup = kNumSlabs * kSlabBytes;
-    static_assert(kBlockN % kSlabCols == 0, "block N must be a whole number of swizzle rows");
+    static_assert(kRowBytes % 32 == 0, "a tile row must be a multiple of 32 bytes");
 
-    // Byte offset of element (row, col) in the staging buffer: slab-major, then the 128-byte
-    // swizzle (16-byte chunk index XOR row % 8), matching CU_TENSOR_MAP_SWIZZLE_128B.
+    // Byte offset of element (row, col) in the staging buffer: slab-major, rows of kSwizzleBytes,
+    // then the TMA swizzle: address bits [4, 4 + log2(span / 16)) XOR address bits [7, ...)
+    // (CU_TENSOR_MAP_SWIZZLE_32B/64B/128B). Slabs start at multiples of 2 KB, so the pattern
+    // depends on the offset alone.
     __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t col) {
-        const uint32_t slab = col / kSlabCols;
-        const uint32_t byte_in_row = (col % kSlabCols) * sizeof(OutT);
-        const uint32_t chunk = (byte_in_row >> 4) ^ (row & 7);
-        return slab * kSlabBytes + row * 128 + (chunk << 4) + (byte_in_row & 15);
+        const uint32_t linear = (col / kSlabCols) * kSlabBytes + row * kSwizzleBytes +
+                                (col % kSlabCols) * sizeof(OutT);
+        return linear ^ (((linear >> 7) & (kSwizzleBytes / 16 - 1)) << 4);
     }
 
     // acc: the m64nBLOCK_N wgmma fragment of this thread. row0/col0: global coordinates of the

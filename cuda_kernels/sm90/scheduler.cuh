@@ -1,36 +1,56 @@
-// Persistent tile scheduler: CTA b walks tiles b, b + gridDim.x, ... in an L2-friendly order.
-// Consecutive tiles sweep a group of kGroupM block-rows before moving along N, so the CTAs of one
-// wave share A rows and B columns in L2 instead of streaming the whole of B once per row of tiles.
-// Grouped GEMMs reuse the mainloop and epilogue and replace only this.
+// Persistent tile scheduler: CTA b walks work units b, b + gridDim.x, ... A unit is one output
+// tile, or with split-K one K-slice of one tile. Within a K-slice, consecutive units sweep a group
+// of kGroupM block-rows before moving along N, so the CTAs of one wave share A rows and B columns
+// in L2 instead of streaming the whole of B once per row of tiles. The slice index varies slowest,
+// so a wave works on one K range at a time. Grouped GEMMs reuse the mainloop and epilogue and
+// replace only this.
 #pragma once
 
 #include "../common/types.cuh"
 
 namespace dg::sm90 {
 
+struct WorkUnit {
+    uint32_t m_block, n_block;
+    uint32_t tile;                      // m_block * num_n_blocks + n_block
+    uint32_t split;                     // K-slice index
+    uint32_t k_block_begin, k_block_end;
+};
+
 template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM>
 struct PersistentTileScheduler {
     uint32_t num_m_blocks, num_n_blocks, num_tiles;
-    uint32_t next_tile;
+    uint32_t num_k_blocks, k_blocks_per_split, num_units;
+    uint32_t next_unit;
 
-    __device__ __forceinline__ PersistentTileScheduler(uint32_t m, uint32_t n)
+    // The host guarantees every slice is non-empty: (num_splits - 1) * per_split < num_k_blocks.
+    __device__ __forceinline__ PersistentTileScheduler(uint32_t m, uint32_t n, uint32_t k_blocks,
+                                                       uint32_t num_splits)
         : num_m_blocks((m + kBlockM - 1) / kBlockM),
           num_n_blocks((n + kBlockN - 1) / kBlockN),
           num_tiles(num_m_blocks * num_n_blocks),
-          next_tile(blockIdx.x) {}
+          num_k_blocks(k_blocks),
+          k_blocks_per_split((k_blocks + num_splits - 1) / num_splits),
+          num_units(num_tiles * num_splits),
+          next_unit(blockIdx.x) {}
 
-    // Returns false when this CTA has no tiles left.
-    __device__ __forceinline__ bool next(uint32_t& m_block, uint32_t& n_block) {
-        if (next_tile >= num_tiles)
+    // Returns false when this CTA has no work left.
+    __device__ __forceinline__ bool next(WorkUnit& unit) {
+        if (next_unit >= num_units)
             return false;
+        unit.split = next_unit / num_tiles;
+        const uint32_t tile_index = next_unit - unit.split * num_tiles;
         const uint32_t tiles_per_group = kGroupM * num_n_blocks;
-        const uint32_t group = next_tile / tiles_per_group;
+        const uint32_t group = tile_index / tiles_per_group;
         const uint32_t first_m = group * kGroupM;
         const uint32_t rows_in_group = min(num_m_blocks - first_m, kGroupM);
-        const uint32_t in_group = next_tile - group * tiles_per_group;
-        m_block = first_m + in_group % rows_in_group;
-        n_block = in_group / rows_in_group;
-        next_tile += gridDim.x;
+        const uint32_t in_group = tile_index - group * tiles_per_group;
+        unit.m_block = first_m + in_group % rows_in_group;
+        unit.n_block = in_group / rows_in_group;
+        unit.tile = unit.m_block * num_n_blocks + unit.n_block;
+        unit.k_block_begin = unit.split * k_blocks_per_split;
+        unit.k_block_end = min(unit.k_block_begin + k_blocks_per_split, num_k_blocks);
+        next_unit += gridDim.x;
         return true;
     }
 };

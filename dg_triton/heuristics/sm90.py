@@ -1,29 +1,36 @@
 """Config choice for the SM90 kernels. Kernels never choose; they take what this module returns.
 
-The BF16 GEMM model: a persistent grid of `num_sms` CTAs walks `ceil(M/BM) * ceil(N/BN)` tiles,
-so time ~ the tiles of the busiest SM times one tile's time, where a tile is bound either by its
-tensor-core work (bigger wgmma N and two consumer warpgroups run closer to peak) or by the bytes it
-pulls through L2. Each candidate is scored by that estimate and the cheapest wins; ties go to the
-larger tile (fewer bytes per FLOP). Figures are leads from the H200 (ANCHORS.md), recalibrated by the
-sweeps recorded in benchmarks/NOTES.md.
+BF16 GEMM. A persistent grid of `num_sms` CTAs walks `tiles * num_splits` work units (a unit is a
+tile, or with split-K one K-slice of a tile), so the time is about the units of the busiest SM
+times one unit's time. A unit is bound by its tensor-core work or by the bytes it pulls from L2:
+
+- tensor cores: 2*BM*BN*K' FLOPs at `PEAK` per SM per clock, times an efficiency that falls for
+  narrow tiles: each m64nNk16 wgmma reads A (2 KB) and B (32*N bytes) from shared memory, which
+  serves 128 B/clock, so N below ~96 starves the tensor core; one consumer warpgroup (BM = 64)
+  hides less of its issue and epilogue time than two;
+- L2: (BM + BN) * K' * 2 bytes per unit at `L2_BYTES_PER_CLOCK` per SM.
+Split-K adds the partial write and the last CTA's read of all partials, and a fixed cost.
+Among candidates the cheapest estimate wins; ties go to the larger tile. The constants were fitted
+to the H200 sweeps recorded in benchmarks/NOTES.md; `autotune_configs/sm90/bf16_gemm.json` holds
+measured winners for the benchmark shapes, used when present (`tuned_config`).
 """
+import functools
+import json
 import math
 from dataclasses import dataclass
+
+from dg_triton.paths import autotune_configs_dir
 
 SMEM_LIMIT = 232448          # bytes of dynamic shared memory per CTA on SM90 (227 KB)
 BLOCK_K_BF16 = 64            # 128 bytes of K per stage row: one 128B-swizzle row
 MAX_STAGES = 8
+MAX_SPLITS = 16
 
-# Fraction of the tensor-core peak one CTA's tile shape sustains. A 64-row tile has one consumer
-# warpgroup, so nothing hides its epilogue and issue gaps; wgmma N below 128 re-reads A from shared
-# memory per 8 columns more often than the 128 B/clk it can serve.
-_TILE_EFFICIENCY = {
-    (128, 256): 1.00, (128, 192): 0.97, (128, 128): 0.90, (128, 64): 0.70,
-    (64, 256): 0.80, (64, 192): 0.78, (64, 128): 0.72, (64, 64): 0.55,
-}
-_PEAK_FLOPS_PER_SM_CYCLE = 4096.0   # dense BF16 wgmma, per SM per clock
-_L2_BYTES_PER_SM_CYCLE = 48.0       # sustained L2 -> SM with many SMs reading (lead)
-_HBM_BYTES_PER_CYCLE = 4.2e12 / 1.8e9
+PEAK_FLOPS_PER_CLOCK = 4096.0      # dense BF16 wgmma per SM
+L2_BYTES_PER_CLOCK = 64.0          # sustained L2 -> SM per SM with all SMs reading (fitted)
+HBM_BYTES_PER_CLOCK = 4.2e12 / 1.8e9
+UNIT_OVERHEAD_CLOCKS = 3000.0      # pipeline fill + epilogue not hidden behind the next unit
+SPLIT_OVERHEAD_CLOCKS = 4000.0     # counter round trip and the last CTA's reduction latency
 
 
 @dataclass(frozen=True)
@@ -32,61 +39,126 @@ class Bf16GemmConfig:
     block_n: int
     num_stages: int
     group_m: int
-    num_sms: int          # persistent grid size (<= tiles)
+    num_sms: int          # persistent grid size (<= work units)
+    num_splits: int = 1   # K-slices per tile (split-K) when > 1
 
     @property
     def num_threads(self) -> int:
         return 128 * (1 + self.block_m // 64)
 
 
-def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int) -> int:
+def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
+    """Mirrors SwizzledTmaStoreEpilogue::kSwizzleBytes: the widest span dividing a tile row."""
+    row = block_n * out_bytes
+    return 128 if row % 128 == 0 else 64 if row % 64 == 0 else 32
+
+
+def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int,
+                            split_k: bool = False) -> int:
     """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes)."""
+    warpgroups = block_m // 64
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2
-    staging = block_m * block_n * out_bytes
-    barriers = (2 * num_stages + block_m // 64) * 8
-    return num_stages * stage + staging + barriers + 1024
+    staging = 0 if split_k else block_m * block_n * out_bytes
+    barriers = (2 * num_stages + warpgroups) * 8
+    return num_stages * stage + staging + barriers + warpgroups * 4 + 1024
 
 
-def _max_stages(block_m: int, block_n: int, out_bytes: int) -> int:
+def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False) -> int:
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2
-    fixed = bf16_gemm_shared_memory(block_m, block_n, 0, out_bytes)
+    fixed = bf16_gemm_shared_memory(block_m, block_n, 0, out_bytes, split_k)
     return min((SMEM_LIMIT - fixed - 16 * 8) // stage, MAX_STAGES)
 
 
-def bf16_gemm_candidates(m: int, n: int, block_n_multiple: int = 1):
+def bf16_gemm_candidates(m: int, n: int, b_k_major: bool = True, block_n_multiple: int = 1):
+    """(block_m, block_n) pairs: BM 64 or 128 (one or two consumer warpgroups), BN in steps of
+    lcm(16, multiple) up to 256 (whole 64-column atoms when B is MN-major), no wider than N needs."""
     block_ms = (64,) if m <= 64 else (64, 128)
-    step = math.lcm(64, block_n_multiple)
-    block_ns = [bn for bn in (64, 128, 192, 256) if bn % step == 0]
-    return [(bm, bn) for bm in block_ms for bn in block_ns]
+    step = math.lcm(16, block_n_multiple) if b_k_major else math.lcm(64, block_n_multiple)
+    widest = max(step, min(256, -(-n // step) * step))
+    return [(bm, bn) for bm in block_ms for bn in range(step, widest + 1, step) if bn <= 256]
 
 
-def estimate_cycles(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int) -> float:
+def _tensor_core_efficiency(block_m: int, block_n: int) -> float:
+    shared_memory_demand = 4096.0 / block_n + 64.0   # bytes per clock at peak FLOPs
+    base = 0.82 if block_m == 128 else 0.75
+    return base * min(1.0, 100.0 / shared_memory_demand)
+
+
+def estimate_cycles(m: int, n: int, k: int, block_m: int, block_n: int, num_splits: int,
+                    num_sms: int) -> float:
     tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
-    busiest_sm_tiles = math.ceil(tiles / num_sms)
-    k_padded = math.ceil(k / BLOCK_K_BF16) * BLOCK_K_BF16
-    compute = busiest_sm_tiles * 2 * block_m * block_n * k_padded / (
-        _PEAK_FLOPS_PER_SM_CYCLE * _TILE_EFFICIENCY[(block_m, block_n)])
-    l2 = busiest_sm_tiles * (block_m + block_n) * k_padded * 2 / _L2_BYTES_PER_SM_CYCLE
-    hbm = (m * k + n * k) * 2 / _HBM_BYTES_PER_CYCLE
-    # Each tile's start (pipeline fill) and epilogue are not hidden for the first and last tile.
-    fill = 2000.0
-    return max(compute, l2, hbm) + fill
+    k_blocks = math.ceil(k / BLOCK_K_BF16)
+    k_slice = math.ceil(k_blocks / num_splits) * BLOCK_K_BF16
+    units = tiles * num_splits
+    rounds = math.ceil(units / num_sms)
+    compute = 2 * block_m * block_n * k_slice / (
+        PEAK_FLOPS_PER_CLOCK * _tensor_core_efficiency(block_m, block_n))
+    l2 = (block_m + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
+    unit = max(compute, l2) + UNIT_OVERHEAD_CLOCKS
+    hbm = (m * k + n * k) * 2 / HBM_BYTES_PER_CLOCK
+    total = max(rounds * unit, hbm)
+    if num_splits > 1:
+        partial_bytes = block_m * block_n * 4
+        total += SPLIT_OVERHEAD_CLOCKS + num_splits * partial_bytes / L2_BYTES_PER_CLOCK
+    return total
+
+
+def _valid_splits(k: int, num_splits: int) -> int:
+    """The split count the scheduler will really run: every K-slice non-empty."""
+    k_blocks = math.ceil(k / BLOCK_K_BF16)
+    num_splits = max(1, min(num_splits, k_blocks))
+    per_split = math.ceil(k_blocks / num_splits)
+    return math.ceil(k_blocks / per_split)
+
+
+def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
+                out_bytes: int, num_sms: int) -> Bf16GemmConfig | None:
+    num_splits = _valid_splits(k, num_splits)
+    stages = max_stages(block_m, block_n, out_bytes, num_splits > 1)
+    if stages < 3:
+        return None
+    units = math.ceil(m / block_m) * math.ceil(n / block_n) * num_splits
+    return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, group_m=8,
+                          num_sms=min(num_sms, units), num_splits=num_splits)
+
+
+@functools.cache
+def _tuned_table() -> dict:
+    path = autotune_configs_dir() / "sm90" / "bf16_gemm.json"
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())["entries"]
+    return {tuple(e["key"]): e["config"] for e in entries}
+
+
+def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | None:
+    entry = _tuned_table().get((m, n, k, out_bytes, int(b_k_major), num_sms))
+    if entry is None:
+        return None
+    return make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
+                       out_bytes, num_sms)
 
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
-                            block_n_multiple: int = 1) -> Bf16GemmConfig:
+                            block_n_multiple: int = 1, b_k_major: bool = True,
+                            allow_split_k: bool = True) -> Bf16GemmConfig:
+    if block_n_multiple == 1:
+        tuned = tuned_config(m, n, k, out_bytes, b_k_major, num_sms)
+        if tuned is not None:
+            return tuned
     best = None
-    for block_m, block_n in bf16_gemm_candidates(m, n, block_n_multiple):
-        stages = _max_stages(block_m, block_n, out_bytes)
-        if stages < 3:
-            continue
-        cycles = estimate_cycles(m, n, k, block_m, block_n, num_sms)
-        score = (cycles, -(block_m * block_n))
-        if best is None or score < best[0]:
-            best = (score, block_m, block_n, stages)
+    for block_m, block_n in bf16_gemm_candidates(m, n, b_k_major, block_n_multiple):
+        tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
+        # Split-K only pays when the tiles leave SMs idle.
+        split_options = range(1, MAX_SPLITS + 1) if allow_split_k and tiles < num_sms else (1,)
+        for splits in split_options:
+            config = make_config(m, n, block_m, block_n, splits, k, out_bytes, num_sms)
+            if config is None or (splits > 1 and config.num_splits != splits):
+                continue
+            cycles = estimate_cycles(m, n, k, block_m, block_n, config.num_splits, num_sms)
+            score = (cycles, config.num_splits, -(block_m * block_n))
+            if best is None or score < best[0]:
+                best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
-    _, block_m, block_n, stages = best
-    tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
-    return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages,
-                          group_m=8, num_sms=min(num_sms, tiles))
+    return best[1]

@@ -7,6 +7,7 @@ host cost near the driver's own (TOOLCHAIN.md: ~5.7 us packed vs ~13 us rebuilt 
 """
 import ctypes
 import functools
+import struct
 import sys
 import time
 
@@ -77,17 +78,90 @@ class Kernel:
             self._max_dynamic_smem = num_bytes
 
 
-# Parameter kinds: a 128-byte TMA descriptor passed by value, or a 32-bit unsigned integer.
-TMA, U32 = "tma", "u32"
+# Parameter kinds: a 128-byte TMA descriptor passed by value (kernels take these first), a 32-bit
+# unsigned integer, or a 64-bit value (a device pointer).
+TMA, U32, U64 = "tma", "u32", "u64"
+
+
+class _LaunchAttribute(ctypes.Structure):
+    # CUlaunchAttribute (cuda.h): an enum id, padding to 8 bytes, a 64-byte value union.
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint32 * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    # CUlaunchConfig (cuda.h); ctypes applies the same natural alignment as the C compiler.
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+@functools.cache
+def _libcuda_launch():
+    """cuLaunchKernelEx straight from libcuda through ctypes. cuda.bindings converts its Python
+    arguments on every call (~5.7 us on the H200 host, TOOLCHAIN.md); with the config struct and the
+    parameter block built once, a ctypes call costs about a microsecond. None if libcuda cannot be
+    opened this way, and then the cuda.bindings call is used."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        launch = libcuda.cuLaunchKernelEx
+    except (OSError, AttributeError):
+        return None
+    launch.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    launch.restype = ctypes.c_int
+    return launch
 
 
 class Launcher:
+    """One kernel at one launch shape. Call with the stream, the TMA descriptors' host-buffer
+    addresses (see tma.DescriptorCache) and the scalar parameters, in the kernel's order."""
+
     def __init__(self, kernel: Kernel, grid: int, block: int, shared_memory: int,
                  param_kinds: tuple[str, ...], cluster: int = 1, pdl: bool = False):
         driver = _driver()
         kernel.allow_dynamic_shared_memory(shared_memory)
         self.kernel = kernel
-        self.param_kinds = param_kinds
+        self.num_tma = sum(kind == TMA for kind in param_kinds)
+        if param_kinds[:self.num_tma] != (TMA,) * self.num_tma:
+            raise ValueError("TMA descriptor parameters must come first")
+        scalar_kinds = param_kinds[self.num_tma:]
+
+        # Parameter block: the void*[] the driver reads. TMA slots point at descriptor buffers
+        # (rewritten per call); scalar slots point into one buffer, 8 bytes apart, filled with a
+        # single struct.pack_into per call.
+        self._scalar_format = "<" + "".join("I4x" if kind == U32 else "Q" for kind in scalar_kinds)
+        self._scalars = ctypes.create_string_buffer(8 * max(1, len(scalar_kinds)))
+        base = ctypes.addressof(self._scalars)
+        self._pointers = (ctypes.c_void_p * len(param_kinds))(
+            *([0] * self.num_tma), *[base + 8 * i for i in range(len(scalar_kinds))])
+        self._pointers_address = ctypes.addressof(self._pointers)
+
+        attributes = []
+        if cluster > 1:
+            attributes.append((int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+                               (cluster, 1, 1)))
+        if pdl:
+            attributes.append((int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+                               (1,)))
+        self._attributes = (_LaunchAttribute * max(1, len(attributes)))()
+        for slot, (attribute_id, values) in zip(self._attributes, attributes):
+            slot.id = attribute_id
+            for i, value in enumerate(values):
+                slot.value[i] = value
+        self._config = _LaunchConfig(grid, 1, 1, block, 1, 1, shared_memory, None,
+                                     self._attributes, len(attributes))
+        self._config_pointer = ctypes.pointer(self._config)
+        self._function = int(kernel.function)
+        self._launch = _libcuda_launch()
+        if self._launch is None:
+            self._fallback_config = self._bindings_config(driver, grid, block, shared_memory, cluster, pdl)
+        self.description = (f"{kernel.name}: grid {grid}, block {block}, smem {shared_memory}, "
+                            f"cluster {cluster}, pdl {pdl}")
+        if env_flag("DG_JIT_DEBUG"):
+            print(f"[dg_triton JIT] launcher {self.description}", file=sys.stderr)
+
+    @staticmethod
+    def _bindings_config(driver, grid, block, shared_memory, cluster, pdl):
         config = driver.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
         config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
@@ -106,29 +180,22 @@ class Launcher:
             attributes.append(attribute)
         config.attrs = attributes
         config.numAttrs = len(attributes)
-        self.config = config
-        self._launch = driver.cuLaunchKernelEx
-        self._success = driver.CUresult.CUDA_SUCCESS
-        # Parameter block: one storage slot per parameter and the void*[] the driver reads.
-        self._slots = [ctypes.create_string_buffer(128) if kind == TMA else ctypes.c_uint32()
-                       for kind in param_kinds]
-        self._pointers = (ctypes.c_void_p * len(param_kinds))(
-            *[ctypes.addressof(slot) for slot in self._slots])
-        self._pointers_address = ctypes.addressof(self._pointers)
-        self._stream = 0
-        self.description = (f"{kernel.name}: grid {grid}, block {block}, smem {shared_memory}, "
-                            f"cluster {cluster}, pdl {pdl}")
+        return config
 
-    def __call__(self, stream: int, *values) -> None:
-        slots = self._slots
-        for index, value in enumerate(values):
-            if type(value) is bytes:
-                ctypes.memmove(slots[index], value, 128)
-            else:
-                slots[index].value = value
-        if stream != self._stream:
-            self.config.hStream = stream
-            self._stream = stream
-        (err,) = self._launch(self.config, self.kernel.function, self._pointers_address, 0)
-        if err != self._success:
+    def __call__(self, stream: int, descriptors: tuple, *scalars) -> None:
+        self._pointers[:self.num_tma] = descriptors
+        struct.pack_into(self._scalar_format, self._scalars, 0, *scalars)
+        if self._launch is not None:
+            self._config.hStream = stream
+            err = self._launch(self._config_pointer, self._function, self._pointers_address, None)
+            if err:
+                self._raise(err)
+        else:
+            self._fallback_config.hStream = stream
+            (err,) = _driver().cuLaunchKernelEx(self._fallback_config, self.kernel.function,
+                                                self._pointers_address, 0)
             check(err, f"cuLaunchKernelEx({self.description})")
+
+    def _raise(self, code: int) -> None:
+        driver = _driver()
+        check(driver.CUresult(code), f"cuLaunchKernelEx({self.description})")

@@ -3,8 +3,8 @@
 `Tma2dParams` holds everything cuTensorMapEncodeTiled takes except the address, and checks the
 driver's rules up front (CUDA driver API, cuTensorMapEncodeTiled), so that a bad layout becomes a
 Python error naming the tensor rather than CUDA_ERROR_INVALID_VALUE, and so the rules are unit-tested
-without a GPU. `encode` calls the driver and memoizes the 128 descriptor bytes by (address, params):
-weights, benchmark loops and CUDA-graph replays hit every time.
+without a GPU. `encode` calls the driver; a `DescriptorCache` per operand layout keeps encoded descriptors in
+host buffers by address: weights, benchmark loops and CUDA-graph replays hit every time.
 """
 import functools
 from dataclasses import dataclass
@@ -78,7 +78,6 @@ def _driver_enums():
 
 # Raw element type is irrelevant to TMA except for its size (and OOB fill of NaN, unused here);
 # bf16 stands for any 2-byte type, uint8 for fp8.
-@functools.lru_cache(maxsize=4096)
 def encode(params: Tma2dParams, address: int) -> bytes:
     """The 128-byte CUtensorMap for `params` at `address` (needs the CUDA driver)."""
     check_address(address, "tensor")
@@ -97,3 +96,29 @@ def encode(params: Tma2dParams, address: int) -> bytes:
         raise TmaLayoutError(f"cuTensorMapEncodeTiled failed ({err}) for {params} at {address:#x}")
     import ctypes
     return ctypes.string_at(tensor_map.getPtr(), 128)
+
+
+class DescriptorCache:
+    """Encoded descriptors of one operand layout, by base address, in host buffers.
+
+    `__call__(address)` returns the address of a 128-byte buffer holding the descriptor; launchers
+    point their kernel-parameter slot at it instead of copying bytes (the driver copies parameters
+    during the launch call, so the buffer only has to live that long). Weights, benchmark loops
+    and graph replays hit; a full cache is dropped, so fresh activations cannot grow it forever.
+    """
+    MAX_ENTRIES = 256
+
+    def __init__(self, params: Tma2dParams):
+        self.params = params
+        self._buffers: dict[int, tuple] = {}
+
+    def __call__(self, address: int) -> int:
+        found = self._buffers.get(address)
+        if found is not None:
+            return found[1]
+        if len(self._buffers) >= self.MAX_ENTRIES:
+            self._buffers.clear()
+        import ctypes
+        buffer = ctypes.create_string_buffer(encode(self.params, address), 128)
+        self._buffers[address] = (buffer, ctypes.addressof(buffer))
+        return self._buffers[address][1]

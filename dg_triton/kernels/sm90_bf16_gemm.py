@@ -11,10 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from dg_triton import settings
+from dg_triton import dispatch
 from dg_triton.dispatch import print_config_once
-from dg_triton.heuristics.sm90 import Bf16GemmConfig, bf16_gemm_shared_memory, choose_bf16_gemm_config
+from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
+                                       choose_bf16_gemm_config, epilogue_swizzle_bytes)
 from dg_triton.jit import compiler, tma
-from dg_triton.jit.module import TMA, U32, Kernel, Launcher
+from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 
 KERNEL_SYMBOL = "sm90_bf16_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -38,7 +40,11 @@ class Bf16GemmKernelSpec:
         layout = ("k" if self.a_k_major else "m") + ("k" if self.b_k_major else "n")
         out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
         return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
-                f"{'_acc' if self.accumulate else ''}")
+                f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}")
+
+    @property
+    def split_k(self) -> bool:
+        return self.config.num_splits > 1
 
     def source(self) -> str:
         c = self.config
@@ -48,15 +54,17 @@ class Bf16GemmKernelSpec:
 
 using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
-    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {c.group_m},
+    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m},
     {self.shape_m}, {self.shape_n}, {self.shape_k}>;
 
 extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 {KERNEL_SYMBOL}(const __grid_constant__ dg::TmaDescriptor tma_a,
                const __grid_constant__ dg::TmaDescriptor tma_b,
                const __grid_constant__ dg::TmaDescriptor tma_d,
-               uint32_t shape_m, uint32_t shape_n, uint32_t shape_k) {{
-    dg::sm90::bf16_gemm_body<Traits>(tma_a, tma_b, tma_d, shape_m, shape_n, shape_k);
+               uint32_t shape_m, uint32_t shape_n, uint32_t shape_k,
+               uint32_t num_splits, float* workspace, uint32_t* counters, void* d, uint32_t ld_d) {{
+    const dg::sm90::SplitKArguments split{{num_splits, workspace, counters, d, ld_d}};
+    dg::sm90::bf16_gemm_body<Traits>(tma_a, tma_b, tma_d, shape_m, shape_n, shape_k, split);
 }}
 '''
 
@@ -64,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     def shared_memory(self) -> int:
         c = self.config
         return bf16_gemm_shared_memory(c.block_m, c.block_n, c.num_stages,
-                                       torch.finfo(self.out_dtype).bits // 8)
+                                       torch.finfo(self.out_dtype).bits // 8, self.split_k)
 
 
 def compile_spec(spec: Bf16GemmKernelSpec, arch: str = "sm_90a") -> compiler.CompiledKernel:
@@ -91,21 +99,27 @@ def _operand_params(rows: int, k: int, strides: tuple[int, int], k_major: bool, 
     return tma.Tma2dParams(2, inner, outer, row_bytes, box_inner, box_outer, tma.SWIZZLE_128B)
 
 
-def _output_params(m: int, n: int, row_stride: int, element: int) -> tma.Tma2dParams:
+def _output_params(m: int, n: int, row_stride: int, element: int, block_n: int) -> tma.Tma2dParams:
+    """D, stored by the epilogue in slabs of one swizzle span (SwizzledTmaStoreEpilogue)."""
     row_bytes = row_stride * element if m > 1 else -(-n * element // 16) * 16
-    return tma.Tma2dParams(element, n, m, row_bytes, 128 // element, 64, tma.SWIZZLE_128B)
+    swizzle = epilogue_swizzle_bytes(block_n, element)
+    return tma.Tma2dParams(element, n, m, row_bytes, swizzle // element, 64, swizzle)
 
 
 class _Plan:
-    __slots__ = ("launcher", "params_a", "params_b", "params_d", "m", "n", "k", "spec")
+    """What a call of one problem needs. Split-K plans own their FP32 workspace and their per-tile
+    counters (zeroed once; the kernel leaves them zeroed), so a CUDA graph that captured the plan
+    keeps valid buffers for as long as the process lives."""
+    __slots__ = ("launcher", "tma_a", "tma_b", "tma_d", "spec", "split_args")
 
-    def __init__(self, spec, launcher, params_a, params_b, params_d, m, n, k):
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, split_args):
         self.spec, self.launcher = spec, launcher
-        self.params_a, self.params_b, self.params_d = params_a, params_b, params_d
-        self.m, self.n, self.k = m, n, k
+        self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
+        self.split_args = split_args
 
 
 _plans: dict = {}
+_split_buffers: list = []
 
 
 def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int, int]:
@@ -122,18 +136,31 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     element = d.element_size()
     if config is None:
         config = choose_bf16_gemm_config(m, n, k, element, num_sms,
-                                         settings._block_size_multiple_of[1])
+                                         settings._block_size_multiple_of[1], b_k_major)
     spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, d.dtype, accumulate,
                               *_compiled_dims(m, n, k, compiled_dims))
     print_config_once(function, (m, n, k), d.device, spec)
     kernel = _load(spec, device_index)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
-                        shared_memory=spec.shared_memory, param_kinds=(TMA, TMA, TMA, U32, U32, U32),
+                        shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         pdl=settings._pdl)
+    split_args = (1, 0, 0)
+    if spec.split_k:
+        tiles = -(-m // config.block_m) * -(-n // config.block_n)
+        workspace = torch.empty(config.num_splits * tiles * config.block_m * config.block_n,
+                                dtype=torch.float32, device=d.device)
+        counters = torch.zeros(tiles * (config.block_m // 64), dtype=torch.int32, device=d.device)
+        _split_buffers.append((workspace, counters))  # alive as long as the plan (process)
+        split_args = (config.num_splits, workspace.data_ptr(), counters.data_ptr())
     return _Plan(spec, launcher,
-                 _operand_params(m, k, a.stride(), a_k_major, config.block_m),
-                 _operand_params(n, k, b.stride(), b_k_major, config.block_n),
-                 _output_params(m, n, d.stride(0), element), m, n, k)
+                 tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m)),
+                 tma.DescriptorCache(_operand_params(n, k, b.stride(), b_k_major, config.block_n)),
+                 tma.DescriptorCache(_output_params(m, n, d.stride(0), element, config.block_n)),
+                 split_args)
+
+
+# tma_a, tma_b, tma_d, m, n, k, num_splits, workspace, counters, d, ld_d
+_PARAM_KINDS = (TMA, TMA, TMA, U32, U32, U32, U32, U64, U64, U64, U32)
 
 
 def _current_stream(device_index: int) -> int:
@@ -151,17 +178,18 @@ except ImportError:
 
 def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int, k: int,
         a_k_major: bool, b_k_major: bool, accumulate: bool, compiled_dims: str,
-        config: Bf16GemmConfig | None = None) -> None:
+        device_index: int, config: Bf16GemmConfig | None = None) -> None:
     """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C."""
     key = (m, n, k, a_k_major, b_k_major, d.dtype, accumulate, compiled_dims, a.stride(),
-           b.stride(), d.stride(0), d.device.index, settings._num_sms, settings._pdl,
-           settings._ignore_compile_dims, settings._block_size_multiple_of, config)
+           b.stride(), d.stride(0), device_index, settings.plan_settings(), config)
     plan = _plans.get(key)
     if plan is None:
+        # First call of this problem: the backend is decided once, with the plan.
+        dispatch.backend(function, d.device, (dispatch.SM90,))
         plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
                                         accumulate, compiled_dims, config)
-    plan.launcher(_current_stream(d.device.index),
-                  tma.encode(plan.params_a, a.data_ptr()),
-                  tma.encode(plan.params_b, b.data_ptr()),
-                  tma.encode(plan.params_d, d.data_ptr()),
-                  m, n, k)
+    num_splits, workspace_ptr, counters_ptr = plan.split_args
+    d_ptr = d.data_ptr()
+    plan.launcher(_current_stream(device_index),
+                  (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d_ptr)),
+                  m, n, k, num_splits, workspace_ptr, counters_ptr, d_ptr, d.stride(0))

@@ -1,0 +1,46 @@
+"""Where the host time of one warm bf16_gemm_nt call goes (CPU microseconds per step, medians of
+bursts, as ANCHORS.md measures host overhead). Run on the GPU machine:
+
+    python benchmarks/profile_host.py
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import dg_triton  # noqa: E402
+from dg_triton import settings, testing, validation  # noqa: E402
+from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
+
+
+def main():
+    for m, n, k in ((1, 256, 256), (64, 2112, 7168)):
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        dg_triton.bf16_gemm_nt(a, b, d)
+        plan = next(iter(p for key, p in sm90_bf16_gemm._plans.items() if key[:3] == (m, n, k)))
+        steps = {
+            "whole call": lambda: dg_triton.bf16_gemm_nt(a, b, d),
+            "validation": lambda: validation.bf16_gemm("bf16_gemm_nt", a, b, d, None),
+            "plan key + lookup": lambda: sm90_bf16_gemm._plans.get(
+                (m, n, k, True, True, d.dtype, False, "nk", a.stride(), b.stride(), d.stride(0),
+                 0, settings.plan_settings(), None)),
+            "3 descriptors": lambda: (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()),
+                                      plan.tma_d(d.data_ptr())),
+            "current stream": lambda: sm90_bf16_gemm._current_stream(0),
+            "launcher call": lambda: plan.launcher(sm90_bf16_gemm._current_stream(0),
+                                                   (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()),
+                                                    plan.tma_d(d.data_ptr())),
+                                                   m, n, k, *plan.split_args, d.data_ptr(), d.stride(0)),
+            "torch.matmul": lambda: torch.matmul(a, b.T, out=d),
+        }
+        print(f"m={m} n={n} k={k} ({plan.spec.name}):")
+        for name, fn in steps.items():
+            print(f"  {name:<20} {testing.host_overhead_us(fn, calls=200, repeats=7):6.2f} us")
+
+
+if __name__ == "__main__":
+    main()

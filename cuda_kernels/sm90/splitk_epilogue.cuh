@@ -1,0 +1,105 @@
+// Split-K epilogue: several CTAs compute K-slices of one tile; each writes its FP32 partial to a
+// workspace, and the last to arrive (a per-tile counter) sums all partials in slice order
+// 0, 1, ..., S-1 and writes D. The order never depends on which CTA came last, so results are
+// bitwise reproducible run to run (use_deterministic_algorithms holds by construction). The
+// counter is reset by that last CTA, so the buffer stays zeroed for the next launch.
+// Used where few tiles would leave most SMs idle (small M); plain stores suffice there.
+#pragma once
+
+#include <cuda_bf16.h>
+#include "../common/types.cuh"
+
+#include "../common/ptx.cuh"
+#include "scheduler.cuh"
+
+namespace dg::sm90 {
+
+template <typename OutT> __device__ __forceinline__ void store_global(OutT* p, float v);
+template <> __device__ __forceinline__ void store_global<float>(float* p, float v) { *p = v; }
+template <> __device__ __forceinline__ void store_global<__nv_bfloat16>(__nv_bfloat16* p, float v) {
+    *p = __float2bfloat16_rn(v);
+}
+template <typename OutT> __device__ __forceinline__ float load_global(const OutT* p);
+template <> __device__ __forceinline__ float load_global<float>(const float* p) { return *p; }
+template <> __device__ __forceinline__ float load_global<__nv_bfloat16>(const __nv_bfloat16* p) {
+    return __bfloat162float(*p);
+}
+
+template <typename OutT, uint32_t kBlockN, uint32_t kNumMathWarpgroups, bool kAccumulate>
+struct SplitKEpilogue {
+    static constexpr uint32_t kRows = 64;
+    static constexpr uint32_t kChunkFloats = kRows * kBlockN;  // one warpgroup's partial
+
+    // workspace: [num_splits][num_tiles][kNumMathWarpgroups][64][kBlockN] FP32;
+    // counters: [num_tiles][kNumMathWarpgroups] uint32, zero between launches.
+    __device__ __forceinline__ static void store(
+            const float* acc, const WorkUnit& unit, uint32_t num_splits, uint32_t num_tiles,
+            uint32_t math_wg, float* workspace, uint32_t* counters, OutT* d, uint32_t ld_d,
+            uint32_t m, uint32_t n, uint32_t* is_last_flag, uint32_t barrier_id) {
+        const uint32_t thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
+        const auto chunk = [&](uint32_t split) {
+            return workspace + ((static_cast<uint64_t>(split) * num_tiles + unit.tile) *
+                                kNumMathWarpgroups + math_wg) * kChunkFloats;
+        };
+        // wgmma fragment: rows 16w + lane/4 (+8), columns 8t + 2*(lane%4) + {0,1}.
+        float* mine = chunk(unit.split);
+#pragma unroll
+        for (uint32_t t = 0; t < kBlockN / 8; ++t)
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half) {
+                const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
+                *reinterpret_cast<float2*>(mine + row * kBlockN + col) =
+                    make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+            }
+        // Release this partial, then count arrivals (classic threadfence-reduction protocol).
+        __threadfence();
+        named_barrier_sync(barrier_id, 128);
+        uint32_t* counter = counters + unit.tile * kNumMathWarpgroups + math_wg;
+        if (thread == 0) {
+            const uint32_t arrived = atomicAdd(counter, 1) + 1;
+            const bool last = arrived == num_splits;
+            if (last)
+                *counter = 0;
+            *is_last_flag = last;
+        }
+        named_barrier_sync(barrier_id, 128);
+        if (!*is_last_flag)
+            return;
+        __threadfence();  // acquire: the other slices' partials are visible after this
+
+        const uint32_t row0 = unit.m_block * (kRows * kNumMathWarpgroups) + math_wg * kRows;
+        const uint32_t col0 = unit.n_block * kBlockN;
+#pragma unroll
+        for (uint32_t t = 0; t < kBlockN / 8; ++t)
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half) {
+                const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
+                float sum0 = 0.0f, sum1 = 0.0f;
+                for (uint32_t s = 0; s < num_splits; ++s) {
+                    float2 v;
+                    if (s == unit.split) {
+                        v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+                    } else {
+                        // .cg: written by other CTAs during this kernel, so bypass L1
+                        v = __ldcg(reinterpret_cast<const float2*>(chunk(s) + row * kBlockN + col));
+                    }
+                    sum0 += v.x;
+                    sum1 += v.y;
+                }
+                const uint32_t grow = row0 + row, gcol = col0 + col;
+                if (grow >= m)
+                    continue;
+                OutT* out = d + static_cast<uint64_t>(grow) * ld_d + gcol;
+                if (gcol < n) {
+                    if constexpr (kAccumulate) sum0 += load_global(out);
+                    store_global(out, sum0);
+                }
+                if (gcol + 1 < n) {
+                    if constexpr (kAccumulate) sum1 += load_global(out + 1);
+                    store_global(out + 1, sum1);
+                }
+            }
+    }
+};
+
+}  // namespace dg::sm90
