@@ -124,7 +124,10 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
 
 @functools.cache
 def _tuned_table() -> dict:
-    path = autotune_configs_dir() / "sm90" / "bf16_gemm.json"
+    try:
+        path = autotune_configs_dir() / "sm90" / "bf16_gemm.json"
+    except FileNotFoundError:
+        return {}
     if not path.is_file():
         return {}
     entries = json.loads(path.read_text())["entries"]
