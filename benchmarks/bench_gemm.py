@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import dg_triton  # noqa: E402
-from dg_triton import testing  # noqa: E402
+from dg_triton import testing, validation  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 
@@ -70,6 +70,8 @@ def tflops(m, n, k, us):
 
 def sweep_configs(m, n, k, a, b, d, ref):
     """Times every candidate (block_m, block_n[, split]) config on this shape; returns the best."""
+    m_, n_, k_, a_k, b_k, device_index, layout, addresses = validation.bf16_gemm("sweep", a, b, d, None)
+    problem = (m_, n_, k_, a_k, b_k, device_index, layout)
     best = None
     small = math.ceil(m / 128) * math.ceil(n / 128) < 132
     for block_m, block_n in heuristics.bf16_gemm_candidates(m, n):
@@ -79,8 +81,8 @@ def sweep_configs(m, n, k, a, b, d, ref):
             config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(), 132)
             if config is None or config.num_splits != splits:
                 continue
-            run = lambda: sm90_bf16_gemm.run("sweep", a, b, d, m, n, k, True, True, False, "",  # noqa: E731
-                                             d.device.index, config)
+            run = lambda: sm90_bf16_gemm.run("sweep", a, b, d, problem, addresses, False, "",  # noqa: E731
+                                             config)
             check(run, d, ref)
             t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
             print(f"    sweep {m}x{n}x{k} {block_m}x{block_n} split {config.num_splits}: {t:8.1f} us",

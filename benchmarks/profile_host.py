@@ -22,19 +22,17 @@ def main():
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         dg_triton.bf16_gemm_nt(a, b, d)
         plan = next(iter(p for key, p in sm90_bf16_gemm._plans.items() if key[:3] == (m, n, k)))
+        problem = validation.bf16_gemm("bf16_gemm_nt", a, b, d, None)
+        key_parts = (problem[:6] + (problem[6],), False, "nk", settings._plan_settings, None)
+        a_ptr, b_ptr, d_ptr = problem[7]
         steps = {
             "whole call": lambda: dg_triton.bf16_gemm_nt(a, b, d),
             "validation": lambda: validation.bf16_gemm("bf16_gemm_nt", a, b, d, None),
-            "plan key + lookup": lambda: sm90_bf16_gemm._plans.get(
-                (m, n, k, True, True, d.dtype, False, "nk", a.stride(), b.stride(), d.stride(0),
-                 0, settings.plan_settings(), None)),
-            "3 descriptors": lambda: (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()),
-                                      plan.tma_d(d.data_ptr())),
+            "plan lookup": lambda: sm90_bf16_gemm._plans.get(key_parts),
+            "3 descriptors": lambda: (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)),
             "current stream": lambda: sm90_bf16_gemm._current_stream(0),
-            "launcher call": lambda: plan.launcher(sm90_bf16_gemm._current_stream(0),
-                                                   (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()),
-                                                    plan.tma_d(d.data_ptr())),
-                                                   m, n, k, *plan.split_args, d.data_ptr(), d.stride(0)),
+            "launcher call": lambda: plan.launcher(0, (plan.tma_a(a_ptr), plan.tma_b(b_ptr),
+                                                       plan.tma_d(d_ptr)), *plan.scalars, d_ptr),
             "torch.matmul": lambda: torch.matmul(a, b.T, out=d),
         }
         print(f"m={m} n={n} k={k} ({plan.spec.name}):")

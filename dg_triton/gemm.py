@@ -9,7 +9,8 @@ from dg_triton.kernels import sm90_bf16_gemm
 
 
 def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
-    m, n, k, a_k_major, b_k_major, device_index = validation.bf16_gemm(function, a, b, d, c)
+    m, n, k, a_k_major, b_k_major, device_index, layout, addresses = validation.bf16_gemm(
+        function, a, b, d, c)
     # Empty problems (API.md 1.3): nothing to multiply, no kernel.
     if m == 0 or n == 0:
         return
@@ -22,9 +23,8 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
     if c is not None and c is not d:
         dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d
         d.copy_(c)
-    sm90_bf16_gemm.run(function, a, b, d, m, n, k, a_k_major, b_k_major,
-                       accumulate=c is not None, compiled_dims=compiled_dims,
-                       device_index=device_index)
+    sm90_bf16_gemm.run(function, a, b, d, (m, n, k, a_k_major, b_k_major, device_index, layout),
+                       addresses, c is not None, compiled_dims)
 
 
 def _transpose(t):

@@ -98,6 +98,7 @@ def set_num_sms(num_sms: int, /) -> None:
         if num_sms > limit:
             raise reject("set_num_sms", "num_sms", f"in [0, {limit}] (the device's SM count)", num_sms)
     _num_sms = num_sms
+    _refresh_plan_settings()
 
 
 def get_num_sms() -> int:
@@ -129,6 +130,7 @@ def set_pdl(enable: bool, /) -> None:
     """Programmatic Dependent Launch attribute on every JIT kernel launch (default off)."""
     global _pdl
     _pdl = bool_argument("set_pdl", "enable", enable)
+    _refresh_plan_settings()
 
 
 def get_pdl() -> bool:
@@ -139,6 +141,7 @@ def set_ignore_compile_dims(enable: bool, /) -> None:
     """True: no problem dim is baked into a kernel, whatever ``compiled_dims`` says (API.md 1.5)."""
     global _ignore_compile_dims
     _ignore_compile_dims = bool_argument("set_ignore_compile_dims", "enable", enable)
+    _refresh_plan_settings()
 
 
 def get_ignore_compile_dims() -> bool:
@@ -159,6 +162,7 @@ def set_block_size_multiple_of(value, /) -> None:
         if v <= 0:
             raise reject("set_block_size_multiple_of", name, "a positive int", v)
     _block_size_multiple_of = pair
+    _refresh_plan_settings()
 
 
 def get_block_size_multiple_of() -> tuple[int, int]:
@@ -176,7 +180,12 @@ def get_deterministic_algorithms() -> bool:
     return _deterministic
 
 
-def plan_settings() -> tuple:
-    """The settings a cached launch plan depends on (grid size, PDL, compiled dims, block-size
-    constraints): part of every plan key, so changing a setting never reuses a stale plan."""
-    return (_num_sms, _pdl, _ignore_compile_dims, _block_size_multiple_of)
+def _refresh_plan_settings() -> None:
+    """Recomputes `_plan_settings`: the settings a cached launch plan depends on (grid size, PDL,
+    compiled dims, block-size constraints). It is part of every plan key, so changing a setting
+    never reuses a stale plan; kept as a ready tuple because the key is built on every call."""
+    global _plan_settings
+    _plan_settings = (_num_sms, _pdl, _ignore_compile_dims, _block_size_multiple_of)
+
+
+_refresh_plan_settings()

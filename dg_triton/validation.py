@@ -69,8 +69,11 @@ def _same_device(function: str, d, device_index: int, named_tensors) -> None:
 def bf16_gemm(function: str, a, b, d, c):
     """Checks the logical NT problem: A [M, K], B [N, K] BF16; D (and C) [M, N] BF16/FP32, N-major.
 
-    Returns (m, n, k, a_k_major, b_k_major, device_index). For an empty problem (M, N or K zero)
-    only shapes, dtypes and devices are checked and the majors are None: nothing will be loaded.
+    Returns (m, n, k, a_k_major, b_k_major, device_index, layout, addresses) where `layout` is
+    (d.dtype, a.stride(), b.stride(), d.stride()) and `addresses` the three data pointers: what the
+    launch path needs next, handed on so that no tensor attribute is read twice per call. For an
+    empty problem (M, N or K zero) only shapes, dtypes and devices are checked; the majors, layout
+    and addresses are None: nothing will be loaded.
     """
     # Common path first: unpacking .shape and comparing dtypes by identity checks type, rank and
     # dtype at once; anything unusual gets the check that names the problem.
@@ -105,16 +108,18 @@ def bf16_gemm(function: str, a, b, d, c):
     device_index = d.get_device()
     _same_device(function, d, device_index, (("a", a), ("b", b), ("c", c)))
     if m == 0 or n == 0 or k == 0:
-        return m, n, k, None, None, device_index
+        return m, n, k, None, None, device_index, None, None
 
     a_shape, a_strides = (m, k), a.stride()
     b_shape, b_strides = (n, k), b.stride()
     d_strides = d.stride()
+    addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())
     a_k_major = _operand_major(function, "a", a_shape, a_strides, "[M, K]")
     b_k_major = _operand_major(function, "b", b_shape, b_strides, "[N, K]")
-    _tma_layout(function, "a", a_shape, a_strides, 2, a.data_ptr(), a_k_major)
-    _tma_layout(function, "b", b_shape, b_strides, 2, b.data_ptr(), b_k_major)
+    _tma_layout(function, "a", a_shape, a_strides, 2, addresses[0], a_k_major)
+    _tma_layout(function, "b", b_shape, b_strides, 2, addresses[1], b_k_major)
     if d_strides[1] != 1 and n > 1:
         raise reject(function, "d", "N-major (stride(-1) == 1)", f"strides {tuple(d_strides)}")
-    _tma_layout(function, "d", (m, n), d_strides, _ELEMENT_SIZE[d_dtype], d.data_ptr(), True)
-    return m, n, k, a_k_major, b_k_major, device_index
+    _tma_layout(function, "d", (m, n), d_strides, _ELEMENT_SIZE[d_dtype], addresses[2], True)
+    layout = (d_dtype, a_strides, b_strides, d_strides)
+    return m, n, k, a_k_major, b_k_major, device_index, layout, addresses

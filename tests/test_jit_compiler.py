@@ -158,8 +158,8 @@ def test_cache_key_changes_with_compiler_choice(monkeypatch):
     ({"DJ_JIT_NVCC_COMPILER": "/opt/cuda/bin/nvcc"}, True),
     ({"DJ_JIT_USE_NVRTC": "0", "DG_JIT_USE_NVRTC": "1"}, False),
     ({"DJ_JIT_USE_NVRTC": "1", "DG_JIT_USE_NVRTC": "0"}, True),
-], ids=lambda value: ",".join(f"{k}={v}" for k, v in value.items()) or "unset"
-   if isinstance(value, dict) else str(value))
+], ids=lambda value: (",".join(f"{k}={v}" for k, v in value.items()) or "unset")
+   if isinstance(value, dict) else ("nvcc" if value else "nvrtc"))
 def test_use_nvcc_follows_dg_then_dj_variables(monkeypatch, env, expect_nvcc):
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -55,7 +55,7 @@ def test_random_valid_layouts_are_accepted():
     (dict(box_inner=0), "box dims"),
     (dict(box_inner=264, swizzle=tma.SWIZZLE_NONE), "box dims"),
     (dict(box_inner=60), "multiple of 16 bytes"),
-    (dict(element_size=4, box_inner=3), "multiple of 16 bytes"),
+    (dict(element_size=4, inner=3584, box_inner=3), "multiple of 16 bytes"),
     (dict(box_inner=128), "128-byte swizzle allows box rows of at most 128"),
     (dict(box_inner=64, swizzle=tma.SWIZZLE_64B), "64-byte swizzle"),
     (dict(box_inner=32, swizzle=tma.SWIZZLE_32B), "32-byte swizzle"),
@@ -125,20 +125,37 @@ def test_single_row_operand_ignores_an_unaligned_row_stride():
     assert p.row_stride_bytes == 208
 
 
-@pytest.mark.parametrize("out_dtype, box_inner", [(torch.bfloat16, 64), (torch.float32, 32)])
-def test_output_is_n_major_with_128_byte_slab_boxes(out_dtype, box_inner):
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("block_n", [256, 192, 128, 64])
+def test_output_is_n_major_with_128_byte_slab_boxes(out_dtype, block_n):
     m, n = 4096, 2112
     d = torch.empty(m, n, dtype=out_dtype)
     element = d.element_size()
-    p = sm90_bf16_gemm._output_params(m, n, d.stride(0), element)
-    assert p == Tma2dParams(element, n, m, n * element, box_inner, 64, tma.SWIZZLE_128B)
-    assert p.box_inner * element == 128
+    p = sm90_bf16_gemm._output_params(m, n, d.stride(0), element, block_n)
+    assert p == Tma2dParams(element, n, m, n * element, 128 // element, 64, tma.SWIZZLE_128B)
+
+
+@pytest.mark.parametrize("out_dtype, block_n, swizzle", [
+    (torch.bfloat16, 16, 32), (torch.bfloat16, 48, 32), (torch.bfloat16, 32, 64),
+    (torch.bfloat16, 96, 64), (torch.bfloat16, 80, 32), (torch.bfloat16, 112, 32),
+    (torch.float32, 16, 64), (torch.float32, 48, 64), (torch.float32, 80, 64), (torch.float32, 32, 128),
+])
+def test_output_box_spans_the_widest_swizzle_dividing_a_tile_row(out_dtype, block_n, swizzle):
+    # The epilogue stores a tile row in slabs of one swizzle span, so the box is one span wide.
+    m, n = 4096, 584
+    element = torch.finfo(out_dtype).bits // 8
+    p = sm90_bf16_gemm._output_params(m, n, n, element, block_n)
+    assert p.swizzle == swizzle
+    assert p.box_inner * element == swizzle
+    assert (block_n * element) % swizzle == 0
+    assert (p.inner, p.outer, p.row_stride_bytes, p.box_outer) == (n, m, n * element, 64)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_single_row_output_row_stride_is_rounded_up_to_16_bytes(out_dtype):
-    n = 2120 + 4 * random.randrange(1, 4)  # not a 16-byte multiple in bf16 for odd multiples of 4
+    n = 2120 + 4 * random.randrange(1, 4)
     element = torch.finfo(out_dtype).bits // 8
-    p = sm90_bf16_gemm._output_params(1, n, n, element)
+    p = sm90_bf16_gemm._output_params(1, n, n, element, 128)
     assert (p.inner, p.outer) == (n, 1)
     assert p.row_stride_bytes == -(-n * element // 16) * 16
+    assert n * element <= p.row_stride_bytes < n * element + 16

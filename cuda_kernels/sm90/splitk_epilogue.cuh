@@ -67,6 +67,36 @@ struct SplitKEpilogue {
             return;
         __threadfence();  // acquire: the other slices' partials are visible after this
 
+        // Sum the slices in order. Each slice's loads are all issued before any is used (the
+        // fragment loops unroll), so the L2 latency is paid once per slice, not once per element.
+        float sums[kBlockN / 2];
+#pragma unroll
+        for (uint32_t i = 0; i < kBlockN / 2; ++i)
+            sums[i] = 0.0f;
+        for (uint32_t s = 0; s < num_splits; ++s) {
+            if (s == unit.split) {
+#pragma unroll
+                for (uint32_t i = 0; i < kBlockN / 2; ++i)
+                    sums[i] += acc[i];
+                continue;
+            }
+            const float* partial = chunk(s);
+            float2 loaded[kBlockN / 4];
+#pragma unroll
+            for (uint32_t t = 0; t < kBlockN / 8; ++t)
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
+                    // .cg: written by other CTAs during this kernel, so bypass L1
+                    loaded[t * 2 + half] = __ldcg(reinterpret_cast<const float2*>(partial + row * kBlockN + col));
+                }
+#pragma unroll
+            for (uint32_t i = 0; i < kBlockN / 4; ++i) {
+                sums[i * 2] += loaded[i].x;
+                sums[i * 2 + 1] += loaded[i].y;
+            }
+        }
+
         const uint32_t row0 = unit.m_block * (kRows * kNumMathWarpgroups) + math_wg * kRows;
         const uint32_t col0 = unit.n_block * kBlockN;
 #pragma unroll
@@ -74,21 +104,10 @@ struct SplitKEpilogue {
 #pragma unroll
             for (uint32_t half = 0; half < 2; ++half) {
                 const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
-                float sum0 = 0.0f, sum1 = 0.0f;
-                for (uint32_t s = 0; s < num_splits; ++s) {
-                    float2 v;
-                    if (s == unit.split) {
-                        v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
-                    } else {
-                        // .cg: written by other CTAs during this kernel, so bypass L1
-                        v = __ldcg(reinterpret_cast<const float2*>(chunk(s) + row * kBlockN + col));
-                    }
-                    sum0 += v.x;
-                    sum1 += v.y;
-                }
                 const uint32_t grow = row0 + row, gcol = col0 + col;
                 if (grow >= m)
                     continue;
+                float sum0 = sums[t * 4 + half * 2], sum1 = sums[t * 4 + half * 2 + 1];
                 OutT* out = d + static_cast<uint64_t>(grow) * ld_d + gcol;
                 if (gcol < n) {
                     if constexpr (kAccumulate) sum0 += load_global(out);

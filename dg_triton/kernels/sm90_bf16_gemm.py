@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                const __grid_constant__ dg::TmaDescriptor tma_b,
                const __grid_constant__ dg::TmaDescriptor tma_d,
                uint32_t shape_m, uint32_t shape_n, uint32_t shape_k,
-               uint32_t num_splits, float* workspace, uint32_t* counters, void* d, uint32_t ld_d) {{
+               uint32_t num_splits, float* workspace, uint32_t* counters, uint32_t ld_d, void* d) {{
     const dg::sm90::SplitKArguments split{{num_splits, workspace, counters, d, ld_d}};
     dg::sm90::bf16_gemm_body<Traits>(tma_a, tma_b, tma_d, shape_m, shape_n, shape_k, split);
 }}
@@ -110,12 +110,12 @@ class _Plan:
     """What a call of one problem needs. Split-K plans own their FP32 workspace and their per-tile
     counters (zeroed once; the kernel leaves them zeroed), so a CUDA graph that captured the plan
     keeps valid buffers for as long as the process lives."""
-    __slots__ = ("launcher", "tma_a", "tma_b", "tma_d", "spec", "split_args")
+    __slots__ = ("launcher", "tma_a", "tma_b", "tma_d", "spec", "scalars")
 
-    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, split_args):
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, scalars):
         self.spec, self.launcher = spec, launcher
         self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
-        self.split_args = split_args
+        self.scalars = scalars  # the kernel's scalar parameters but the last (the D pointer)
 
 
 _plans: dict = {}
@@ -156,11 +156,11 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
                  tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m)),
                  tma.DescriptorCache(_operand_params(n, k, b.stride(), b_k_major, config.block_n)),
                  tma.DescriptorCache(_output_params(m, n, d.stride(0), element, config.block_n)),
-                 split_args)
+                 (m, n, k, *split_args, d.stride(0)))
 
 
-# tma_a, tma_b, tma_d, m, n, k, num_splits, workspace, counters, d, ld_d
-_PARAM_KINDS = (TMA, TMA, TMA, U32, U32, U32, U32, U64, U64, U64, U32)
+# tma_a, tma_b, tma_d, m, n, k, num_splits, workspace, counters, ld_d, d
+_PARAM_KINDS = (TMA, TMA, TMA, U32, U32, U32, U32, U64, U64, U32, U64)
 
 
 def _current_stream(device_index: int) -> int:
@@ -176,20 +176,23 @@ except ImportError:
     pass
 
 
-def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int, k: int,
-        a_k_major: bool, b_k_major: bool, accumulate: bool, compiled_dims: str,
-        device_index: int, config: Bf16GemmConfig | None = None) -> None:
-    """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C."""
-    key = (m, n, k, a_k_major, b_k_major, d.dtype, accumulate, compiled_dims, a.stride(),
-           b.stride(), d.stride(0), device_index, settings.plan_settings(), config)
+def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, problem: tuple,
+        addresses: tuple, accumulate: bool, compiled_dims: str,
+        config: Bf16GemmConfig | None = None) -> None:
+    """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C.
+
+    `problem` = (m, n, k, a_k_major, b_k_major, device_index, (d.dtype, a/b/d strides)) and
+    `addresses` = the three data pointers, as validation.bf16_gemm returns them. Together with the
+    settings and the config override they key the cached plan.
+    """
+    key = (problem, accumulate, compiled_dims, settings._plan_settings, config)
     plan = _plans.get(key)
     if plan is None:
         # First call of this problem: the backend is decided once, with the plan.
         dispatch.backend(function, d.device, (dispatch.SM90,))
+        m, n, k, a_k_major, b_k_major, _, _ = problem
         plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
                                         accumulate, compiled_dims, config)
-    num_splits, workspace_ptr, counters_ptr = plan.split_args
-    d_ptr = d.data_ptr()
-    plan.launcher(_current_stream(device_index),
-                  (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d_ptr)),
-                  m, n, k, num_splits, workspace_ptr, counters_ptr, d_ptr, d.stride(0))
+    a_ptr, b_ptr, d_ptr = addresses
+    plan.launcher(_current_stream(problem[5]),
+                  (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)), *plan.scalars, d_ptr)
