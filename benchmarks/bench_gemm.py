@@ -118,7 +118,8 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                                                "tflops": round(tflops(m, n, k, anchor_us), 1),
                                                "source": "ANCHORS.md"}
     rows.append(row)
-    plan = next(p for kk, p in sm90_bf16_gemm._plans.items() if kk[:3] == (m, n, k) and kk[5] == out_dtype)
+    plan = next(p for kk, p in sm90_bf16_gemm._plans.items()
+                if kk[0][:3] == (m, n, k) and kk[0][6][0] == out_dtype and kk[4] is None)
     cfg = plan.spec.config
     table.append((m, n, k, str(out_dtype).replace("torch.", ""),
                   f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else ""),

@@ -21,9 +21,9 @@ def main():
         b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         dg_triton.bf16_gemm_nt(a, b, d)
-        plan = next(iter(p for key, p in sm90_bf16_gemm._plans.items() if key[:3] == (m, n, k)))
+        plan = next(p for key, p in sm90_bf16_gemm._plans.items() if key[0][:3] == (m, n, k))
         problem = validation.bf16_gemm("bf16_gemm_nt", a, b, d, None)
-        key_parts = (problem[:6] + (problem[6],), False, "nk", settings._plan_settings, None)
+        key_parts = (problem[:7], False, "nk", settings._plan_settings, None)
         a_ptr, b_ptr, d_ptr = problem[7]
         steps = {
             "whole call": lambda: dg_triton.bf16_gemm_nt(a, b, d),
