@@ -67,57 +67,64 @@ struct SplitKEpilogue {
             return;
         __threadfence();  // acquire: the other slices' partials are visible after this
 
-        // Sum the slices in order. Each slice's loads are all issued before any is used (the
-        // fragment loops unroll), so the L2 latency is paid once per slice, not once per element.
-        float sums[kBlockN / 2];
-#pragma unroll
-        for (uint32_t i = 0; i < kBlockN / 2; ++i)
-            sums[i] = 0.0f;
-        for (uint32_t s = 0; s < num_splits; ++s) {
-            if (s == unit.split) {
-#pragma unroll
-                for (uint32_t i = 0; i < kBlockN / 2; ++i)
-                    sums[i] += acc[i];
-                continue;
-            }
-            const float* partial = chunk(s);
-            float2 loaded[kBlockN / 4];
-#pragma unroll
-            for (uint32_t t = 0; t < kBlockN / 8; ++t)
-#pragma unroll
-                for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
-                    // .cg: written by other CTAs during this kernel, so bypass L1
-                    loaded[t * 2 + half] = __ldcg(reinterpret_cast<const float2*>(partial + row * kBlockN + col));
-                }
-#pragma unroll
-            for (uint32_t i = 0; i < kBlockN / 4; ++i) {
-                sums[i * 2] += loaded[i].x;
-                sums[i * 2 + 1] += loaded[i].y;
-            }
-        }
-
+        // Sum the slices in order, a few columns at a time (registers stay bounded for wide
+        // tiles). Within a chunk all of a slice's loads are issued before any is used, so the L2
+        // latency is paid once per slice and chunk, not once per element.
+        constexpr uint32_t kChunkT = (kBlockN / 8) % 4 == 0 ? 4 : 2;  // n8 column groups per chunk
         const uint32_t row0 = unit.m_block * (kRows * kNumMathWarpgroups) + math_wg * kRows;
         const uint32_t col0 = unit.n_block * kBlockN;
 #pragma unroll
-        for (uint32_t t = 0; t < kBlockN / 8; ++t)
+        for (uint32_t t0 = 0; t0 < kBlockN / 8; t0 += kChunkT) {
+            float sums[kChunkT * 4];
 #pragma unroll
-            for (uint32_t half = 0; half < 2; ++half) {
-                const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
-                const uint32_t grow = row0 + row, gcol = col0 + col;
-                if (grow >= m)
-                    continue;
-                float sum0 = sums[t * 4 + half * 2], sum1 = sums[t * 4 + half * 2 + 1];
-                OutT* out = d + static_cast<uint64_t>(grow) * ld_d + gcol;
-                if (gcol < n) {
-                    if constexpr (kAccumulate) sum0 += load_global(out);
-                    store_global(out, sum0);
+            for (uint32_t i = 0; i < kChunkT * 4; ++i)
+                sums[i] = 0.0f;
+            for (uint32_t s = 0; s < num_splits; ++s) {
+                float loaded[kChunkT * 4];
+                if (s == unit.split) {
+#pragma unroll
+                    for (uint32_t i = 0; i < kChunkT * 4; ++i)
+                        loaded[i] = acc[t0 * 4 + i];
+                } else {
+                    const float* partial = chunk(s);
+#pragma unroll
+                    for (uint32_t t = 0; t < kChunkT; ++t)
+#pragma unroll
+                        for (uint32_t half = 0; half < 2; ++half) {
+                            const uint32_t row = warp * 16 + lane / 4 + half * 8;
+                            const uint32_t col = (t0 + t) * 8 + (lane % 4) * 2;
+                            // .cg: written by other CTAs during this kernel, so bypass L1
+                            const float2 v = __ldcg(
+                                reinterpret_cast<const float2*>(partial + row * kBlockN + col));
+                            loaded[t * 4 + half * 2] = v.x;
+                            loaded[t * 4 + half * 2 + 1] = v.y;
+                        }
                 }
-                if (gcol + 1 < n) {
-                    if constexpr (kAccumulate) sum1 += load_global(out + 1);
-                    store_global(out + 1, sum1);
-                }
+#pragma unroll
+                for (uint32_t i = 0; i < kChunkT * 4; ++i)
+                    sums[i] += loaded[i];
             }
+#pragma unroll
+            for (uint32_t t = 0; t < kChunkT; ++t)
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t row = warp * 16 + lane / 4 + half * 8;
+                    const uint32_t col = (t0 + t) * 8 + (lane % 4) * 2;
+                    const uint32_t grow = row0 + row, gcol = col0 + col;
+                    if (grow >= m)
+                        continue;
+                    float sum0 = sums[t * 4 + half * 2], sum1 = sums[t * 4 + half * 2 + 1];
+                    OutT* out = d + static_cast<uint64_t>(grow) * ld_d + gcol;
+                    if (gcol < n) {
+                        if constexpr (kAccumulate) sum0 += load_global(out);
+                        store_global(out, sum0);
+                    }
+                    if (gcol + 1 < n) {
+                        if constexpr (kAccumulate) sum1 += load_global(out + 1);
+                        store_global(out + 1, sum1);
+                    }
+                }
+        }
     }
 };
 
