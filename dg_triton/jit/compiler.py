@@ -393,6 +393,9 @@ def compile_kernel(name: str, source: str, arch: str = "sm_90a") -> CompiledKern
 
     entry = cache.get_or_build(name, key, build)
     log = (entry / "ptxas.log").read_text() if (entry / "ptxas.log").is_file() else ""
+    cubin = (entry / "kernel.cubin").read_bytes()
+    if not compiled_now:
+        check_resources(name, log, cubin)  # a cached kernel built before a check was switched on
     if compiled_now and (env_flag("DG_JIT_DEBUG") or env_flag("DG_JIT_PTXAS_VERBOSE")):
         print(f"[dg_triton JIT] {name}: compiled in {compiled_now[0]:.2f} s\n{log}", file=sys.stderr)
     if dump_ptx or dump_sass:
@@ -401,5 +404,4 @@ def compile_kernel(name: str, source: str, arch: str = "sm_90a") -> CompiledKern
                 print(f"[dg_triton JIT] {name}: {dump} at {entry / dump}", file=sys.stderr)
     if env_flag("DG_JIT_DEBUG"):
         print(f"[dg_triton JIT] {name}: cubin {entry / 'kernel.cubin'}", file=sys.stderr)
-    return CompiledKernel(name=name, entry_dir=entry, cubin=(entry / "kernel.cubin").read_bytes(),
-                          ptxas_log=log)
+    return CompiledKernel(name=name, entry_dir=entry, cubin=cubin, ptxas_log=log)
