@@ -78,17 +78,19 @@ def sweep_configs(m, n, k, a, b, d, ref):
         if block_n % 32 and block_n not in (16, 48, 144, 176, 208, 240):
             continue  # keep the sweep within the lease: multiples of 32 plus a few
         for splits in ((1, 2, 3, 4, 6, 8) if small and block_n <= 128 else (1,)):
-            config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(), 132)
-            if config is None or config.num_splits != splits:
-                continue
-            run = lambda: sm90_bf16_gemm.run("sweep", a, b, d, problem, addresses, False, "",  # noqa: E731
-                                             config)
-            check(run, d, ref)
-            t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
-            print(f"    sweep {m}x{n}x{k} {block_m}x{block_n} split {config.num_splits}: {t:8.1f} us",
-                  flush=True)
-            if best is None or t < best[0]:
-                best = (t, config)
+            for cluster_n in (1, 2):
+                config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(),
+                                                132, cluster_n)
+                if config is None or config.num_splits != splits:
+                    continue
+                run = lambda: sm90_bf16_gemm.run("sweep", a, b, d, problem, addresses, False, "",  # noqa: E731
+                                                 config)
+                check(run, d, ref)
+                t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
+                print(f"    sweep {m}x{n}x{k} {block_m}x{block_n} split {config.num_splits} "
+                      f"cluster {cluster_n}: {t:8.1f} us", flush=True)
+                if best is None or t < best[0]:
+                    best = (t, config)
     print(f"    best {best[1]} {best[0]:.1f} us", flush=True)
     return best
 
@@ -122,13 +124,14 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                 if kk[0][:3] == (m, n, k) and kk[0][6][0] == out_dtype and kk[4] is None)
     cfg = plan.spec.config
     table.append((m, n, k, str(out_dtype).replace("torch.", ""),
-                  f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else ""),
+                  f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else "")
+                  + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else ""),
                   us, tflops(m, n, k, us), cublas_us, anchor_us))
     if sweep:
         best = sweep_configs(m, n, k, a, b, d, ref)
         tuned.append({"key": [m, n, k, d.element_size(), 1, 132],
                       "config": {"block_m": best[1].block_m, "block_n": best[1].block_n,
-                                 "num_splits": best[1].num_splits},
+                                 "num_splits": best[1].num_splits, "cluster_n": best[1].cluster_n},
                       "us": round(best[0], 2), "heuristic_us": round(us, 2)})
     del a, b, d, ref, d_cublas
 

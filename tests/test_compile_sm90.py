@@ -217,6 +217,38 @@ def test_bf16_gemm_variant_compiles_without_spills_with_hgmma_and_tma(spec, chec
         _check_sass(compiled, spec.config.block_n, tma_store=not spec.split_k)
 
 
+# 2-CTA clusters sharing A by TMA multicast: each way load_a_tile splits A (K-major rows, one
+# MN-major atom of two, half the K rows of a single MN-major atom), plain and split-K.
+_CLUSTER_VARIANTS = [
+    (128, 256, 1, True, True, torch.bfloat16, False),
+    (128, 128, 1, False, True, torch.float32, True),
+    (64, 128, 1, False, False, torch.bfloat16, True),
+    (64, 64, 4, True, False, torch.float32, False),
+    (128, 64, 4, False, True, torch.bfloat16, True),
+]
+
+
+@pytest.mark.parametrize("block_m,block_n,splits,a_k_major,b_k_major,out_dtype,accumulate",
+                         _CLUSTER_VARIANTS)
+def test_cluster_variants_compile_with_multicast_tma_loads(block_m, block_n, splits, a_k_major,
+                                                          b_k_major, out_dtype, accumulate):
+    config = heuristics.make_config(4096, 4096, block_m, block_n, splits, 7168,
+                                    _OUT_BYTES[out_dtype], _NUM_SMS, cluster_n=2)
+    assert config is not None and config.cluster_n == 2 and config.num_sms % 2 == 0
+    spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, out_dtype, accumulate)
+    compiled = sm90_bf16_gemm.compile_spec(spec)
+    _check_ptxas_report(compiled)
+    _check_sass(compiled, block_n, tma_store=splits == 1)
+    if compiler.cuobjdump_path() is not None:
+        sass = compiler.disassemble(compiled.entry_dir / "kernel.cubin")
+        assert "MULTICAST" in sass, f"{compiled.name}: no multicast TMA load"
+
+
+def test_cluster_configs_need_an_even_number_of_n_blocks():
+    assert heuristics.make_config(128, 64 * 33, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_n=2) is None
+    assert heuristics.make_config(128, 64 * 34, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_n=2) is not None
+
+
 def test_bf16_gemm_with_compiled_dims_compiles_to_its_own_entry():
     tile = _find(chosen_tiles(), 128, 128)
     runtime_dims = _spec(tile, True, True, torch.bfloat16, False)

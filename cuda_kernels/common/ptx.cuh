@@ -131,3 +131,44 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
 }
 
 }  // namespace dg
+
+namespace dg {
+
+// ---- clusters (PTX ISA 9.7.13.3, 9.7.9.25, sm_90) ---------------------------------------------
+
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// All threads of all CTAs in the cluster; release/acquire orders shared-memory accesses (barrier
+// initialisation before peers use the barriers, and last remote accesses before a CTA exits).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Arrives on the mbarrier at the same shared-memory offset in CTA `cta_rank` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" :: "r"(smem_addr(bar)), "r"(cta_rank) : "memory");
+}
+
+// Global -> shared of every CTA in `cta_mask`, at the same offsets, each completing on its own
+// mbarrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TmaDescriptor* desc,
+                                                      uint64_t* bar, int32_t inner, int32_t outer,
+                                                      uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)),
+           "r"(inner), "r"(outer), "h"(cta_mask)
+        : "memory");
+}
+
+}  // namespace dg

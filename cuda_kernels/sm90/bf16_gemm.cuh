@@ -22,13 +22,16 @@ namespace dg::sm90 {
 
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kAKMajor_,
           bool kBKMajor_, typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_,
-          uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
+          uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
 struct Bf16GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     static constexpr bool kAKMajor = kAKMajor_, kBKMajor = kBKMajor_, kAccumulate = kAccumulate_;
     // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (num_splits at run time).
     static constexpr bool kSplitK = kSplitK_;
     static constexpr uint32_t kGroupM = kGroupM_;
+    // CTAs per cluster along N (1 or 2). With 2, the pair shares every A tile: each CTA loads half
+    // of it and TMA multicasts the half to both, halving A's L2 -> SM traffic.
+    static constexpr uint32_t kClusterN = kClusterN_;
     // Problem dims baked in at compile time (compiled_dims); 0 = passed at run time.
     static constexpr uint32_t kShapeM = kShapeM_, kShapeN = kShapeN_, kShapeK = kShapeK_;
     using OutT = OutT_;
@@ -64,6 +67,7 @@ struct Bf16GemmTraits {
     static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kBKMajor || kBlockN % kAtom == 0, "an MN-major B needs whole 64-column atoms");
+    static_assert(kClusterN == 1 || kClusterN == 2, "clusters of 1 or 2 CTAs along N");
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
 };
@@ -78,6 +82,159 @@ struct SplitKArguments {
     uint32_t ld_d;
 };
 
+template <class T>
+using Scheduler = PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterN>;
+
+// Stage ring position: the stage index and the parity of the barrier phase it is in.
+struct PipelineState {
+    uint32_t stage = 0, phase = 0;
+    template <uint32_t kNumStages>
+    __device__ __forceinline__ void advance() {
+        if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
+
+// ---- producer: one thread issues every TMA load -------------------------------------------------
+// K-major tiles are boxes of [rows][64 of K]; MN-major tiles are boxes of [64 of K][64 of MN], one
+// per 64-element atom. With a cluster of 2 along N each CTA loads half of the A tile (half the rows
+// when K-major; one atom, or half the K rows of a single atom, when MN-major) and multicasts it to
+// both CTAs; B is never shared.
+template <class T>
+__device__ __forceinline__ void load_a_tile(uint8_t* a, const TmaDescriptor& tma_a, uint64_t* full,
+                                            uint32_t m0, uint32_t k0, uint32_t cluster_rank) {
+    if constexpr (T::kClusterN == 1) {
+        if constexpr (T::kAKMajor) {
+            tma_load_2d(a, &tma_a, full, k0, m0);
+        } else {
+#pragma unroll
+            for (uint32_t i = 0; i < T::kBlockM / T::kAtom; ++i)
+                tma_load_2d(a + i * T::kAtom * 128, &tma_a, full, m0 + i * T::kAtom, k0);
+        }
+    } else {
+        constexpr uint16_t kBothCtas = 0b11;
+        if constexpr (T::kAKMajor) {
+            constexpr uint32_t kHalfRows = T::kBlockM / 2;
+            tma_load_2d_multicast(a + cluster_rank * kHalfRows * 128, &tma_a, full, k0,
+                                  m0 + cluster_rank * kHalfRows, kBothCtas);
+        } else if constexpr (T::kBlockM == 2 * T::kAtom) {
+            tma_load_2d_multicast(a + cluster_rank * T::kAtom * 128, &tma_a, full,
+                                  m0 + cluster_rank * T::kAtom, k0, kBothCtas);
+        } else {
+            constexpr uint32_t kHalfK = T::kBlockK / 2;
+            tma_load_2d_multicast(a + cluster_rank * kHalfK * 128, &tma_a, full, m0,
+                                  k0 + cluster_rank * kHalfK, kBothCtas);
+        }
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                        Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
+                                        uint8_t* tiles_a, uint8_t* tiles_b, uint32_t cluster_rank) {
+    PipelineState pipe;
+    WorkUnit unit;
+    while (scheduler.next(unit)) {
+        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
+            // The stage is free once every consumer warp that reads it (in both CTAs of a
+            // cluster: our multicast writes into the peer too) has released it.
+            mbarrier_wait(&empty[pipe.stage], pipe.phase ^ 1);
+            mbarrier_arrive_expect_tx(&full[pipe.stage], T::kStageBytes);
+            const uint32_t k0 = kb * T::kBlockK;
+            load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, tma_a, &full[pipe.stage],
+                           unit.m_block * T::kBlockM, k0, cluster_rank);
+            uint8_t* b = tiles_b + pipe.stage * T::kTileBBytes;
+            if constexpr (T::kBKMajor) {
+                tma_load_2d(b, &tma_b, &full[pipe.stage], k0, unit.n_block * T::kBlockN);
+            } else {
+#pragma unroll
+                for (uint32_t i = 0; i < T::kBlockN / T::kAtom; ++i)
+                    tma_load_2d(b + i * T::kAtom * 128, &tma_b, &full[pipe.stage],
+                                unit.n_block * T::kBlockN + i * T::kAtom, k0);
+            }
+            pipe.advance<T::kNumStages>();
+        }
+    }
+}
+
+// ---- consumers: one m64nBLOCK_N k16 wgmma per 16 of K, then the epilogue -------------------------
+template <class T>
+__device__ __forceinline__ void release_stage(uint64_t* empty, uint32_t cluster_rank) {
+    // One arrival per warp: wgmma.wait_group is warpgroup-collective, so every lane is done.
+    if (lane_index() == 0) {
+        mbarrier_arrive(empty);
+        if constexpr (T::kClusterN > 1)
+            mbarrier_arrive_cluster(empty, cluster_rank ^ 1);
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
+                                        uint8_t* tiles_a, uint8_t* tiles_b, uint8_t* staging,
+                                        uint64_t* epilogue_barriers, uint32_t* last_flags,
+                                        const TmaDescriptor& tma_d, const SplitKArguments& split,
+                                        uint32_t m, uint32_t n, uint32_t num_splits,
+                                        uint32_t math_wg, uint32_t cluster_rank) {
+    setmaxnreg_inc<T::kConsumerRegisters>();
+    float acc[T::kBlockN / 2];
+    PipelineState pipe;
+    uint32_t epilogue_phase = 0;
+
+    // Per-k16-step descriptor advance: K-major tiles move 16 elements (32 B) along the row;
+    // MN-major tiles move 16 rows of K (16 * 128 B).
+    constexpr uint32_t kStepA = T::kAKMajor ? 32 : 16 * 128;
+    constexpr uint32_t kStepB = T::kBKMajor ? 32 : 16 * 128;
+    constexpr uint32_t kLeadingA = T::kAKMajor ? 16 : T::kAtom * 128;
+    constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
+    // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
+    const uint32_t a_offset = math_wg * 64 * 128;
+
+    WorkUnit unit;
+    while (scheduler.next(unit)) {
+        uint32_t previous_stage = 0;
+        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
+            mbarrier_wait(&full[pipe.stage], pipe.phase);
+            const uint32_t a_base = smem_addr(tiles_a + pipe.stage * T::kTileABytes) + a_offset;
+            const uint32_t b_base = smem_addr(tiles_b + pipe.stage * T::kTileBBytes);
+            wgmma_fence_operands<T::kBlockN / 2>(acc);
+            wgmma_fence();
+#pragma unroll
+            for (uint32_t ks = 0; ks < T::kBlockK / 16; ++ks) {
+                const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStepA, kLeadingA);
+                const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStepB, kLeadingB);
+                T::Mma::mma(desc_a, desc_b, acc, kb > unit.k_block_begin || ks > 0);
+            }
+            wgmma_commit_group();
+            // Keep this k-block's MMAs in flight; the previous block's are done, free its stage.
+            wgmma_wait_group<1>();
+            wgmma_fence_operands<T::kBlockN / 2>(acc);
+            if (kb > unit.k_block_begin)
+                release_stage<T>(&empty[previous_stage], cluster_rank);
+            previous_stage = pipe.stage;
+            pipe.advance<T::kNumStages>();
+        }
+        wgmma_wait_group<0>();
+        wgmma_fence_operands<T::kBlockN / 2>(acc);
+        release_stage<T>(&empty[previous_stage], cluster_rank);
+
+        if constexpr (T::kSplitK) {
+            T::SplitEpilogue::store(acc, unit, num_splits, scheduler.num_tiles, math_wg,
+                                    split.workspace, split.counters,
+                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
+                                    &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else {
+            T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                               &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                               unit.m_block * T::kBlockM + math_wg * 64,
+                               unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
+        }
+    }
+    T::Epilogue::finish();
+}
+
+// ---- the kernel body: shared-memory plan, barriers, roles ---------------------------------------
 template <class T>
 __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                const TmaDescriptor& tma_d, uint32_t shape_m,
@@ -107,120 +264,38 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
 #pragma unroll
         for (uint32_t s = 0; s < T::kNumStages; ++s) {
             mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], 128 * T::kNumMathWarpgroups);
+            // One arrival per consumer warp of every CTA whose A half lands in this stage.
+            mbarrier_init(&empty[s], 4 * T::kNumMathWarpgroups * T::kClusterN);
         }
 #pragma unroll
         for (uint32_t w = 0; w < T::kNumMathWarpgroups; ++w)
             mbarrier_init(&epilogue_barriers[w], 1);
         fence_mbarrier_init();
     }
-    __syncthreads();
+    // Peers arrive on our barriers and multicast into our tiles: they must see them initialised.
+    if constexpr (T::kClusterN > 1)
+        cluster_sync();
+    else
+        __syncthreads();
     // Under programmatic dependent launch, inputs written by the previous kernel are visible
     // only after this; without PDL it returns at once.
     griddepcontrol_wait();
 
     const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
-    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM> scheduler(m, n, num_k_blocks, num_splits);
-    WorkUnit unit;
+    const Scheduler<T> scheduler(m, n, num_k_blocks, num_splits);
+    const uint32_t cluster_rank = T::kClusterN > 1 ? cluster_cta_rank() : 0;
 
     if (warpgroup == 0) {
-        // ---- producer ----
         setmaxnreg_dec<T::kProducerRegisters>();
-        if (threadIdx.x != 0)
-            return;
-        uint32_t stage = 0, phase = 0;
-        while (scheduler.next(unit)) {
-            const uint32_t m_block = unit.m_block, n_block = unit.n_block;
-            for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-                mbarrier_wait(&empty[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], T::kStageBytes);
-                uint8_t* a = tiles_a + stage * T::kTileABytes;
-                uint8_t* b = tiles_b + stage * T::kTileBBytes;
-                const uint32_t k0 = kb * T::kBlockK;
-                // K-major: one box [rows][64 of K]. MN-major: boxes [64 of K][64 of MN], one per atom.
-                if constexpr (T::kAKMajor) {
-                    tma_load_2d(a, &tma_a, &full[stage], k0, m_block * T::kBlockM);
-                } else {
-#pragma unroll
-                    for (uint32_t i = 0; i < T::kBlockM / T::kAtom; ++i)
-                        tma_load_2d(a + i * T::kAtom * 128, &tma_a, &full[stage],
-                                    m_block * T::kBlockM + i * T::kAtom, k0);
-                }
-                if constexpr (T::kBKMajor) {
-                    tma_load_2d(b, &tma_b, &full[stage], k0, n_block * T::kBlockN);
-                } else {
-#pragma unroll
-                    for (uint32_t i = 0; i < T::kBlockN / T::kAtom; ++i)
-                        tma_load_2d(b + i * T::kAtom * 128, &tma_b, &full[stage],
-                                    n_block * T::kBlockN + i * T::kAtom, k0);
-                }
-                if (++stage == T::kNumStages) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-            }
-        }
-        return;
+        if (threadIdx.x == 0)
+            produce<T>(tma_a, tma_b, scheduler, full, empty, tiles_a, tiles_b, cluster_rank);
+    } else {
+        consume<T>(scheduler, full, empty, tiles_a, tiles_b, staging, epilogue_barriers,
+                   last_flags, tma_d, split, m, n, num_splits, warpgroup - 1, cluster_rank);
     }
-
-    // ---- consumers ----
-    setmaxnreg_inc<T::kConsumerRegisters>();
-    const uint32_t math_wg = warpgroup - 1;
-    float acc[T::kBlockN / 2];
-    uint32_t stage = 0, phase = 0, epilogue_phase = 0;
-
-    // Per-k16-step descriptor advance: K-major tiles move 16 elements (32 B) along the row;
-    // MN-major tiles move 16 rows of K (16 * 128 B).
-    constexpr uint32_t kStepA = T::kAKMajor ? 32 : 16 * 128;
-    constexpr uint32_t kStepB = T::kBKMajor ? 32 : 16 * 128;
-    constexpr uint32_t kLeadingA = T::kAKMajor ? 16 : T::kAtom * 128;
-    constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
-    // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
-    const uint32_t a_offset = math_wg * 64 * 128;
-
-    while (scheduler.next(unit)) {
-        uint32_t previous_stage = 0;
-        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-            mbarrier_wait(&full[stage], phase);
-            const uint32_t a_base = smem_addr(tiles_a + stage * T::kTileABytes) + a_offset;
-            const uint32_t b_base = smem_addr(tiles_b + stage * T::kTileBBytes);
-            wgmma_fence_operands<T::kBlockN / 2>(acc);
-            wgmma_fence();
-#pragma unroll
-            for (uint32_t ks = 0; ks < T::kBlockK / 16; ++ks) {
-                const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStepA, kLeadingA);
-                const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStepB, kLeadingB);
-                T::Mma::mma(desc_a, desc_b, acc, kb > unit.k_block_begin || ks > 0);
-            }
-            wgmma_commit_group();
-            // Keep this k-block's MMAs in flight; the previous block's are done, free its stage.
-            wgmma_wait_group<1>();
-            wgmma_fence_operands<T::kBlockN / 2>(acc);
-            if (kb > unit.k_block_begin)
-                mbarrier_arrive(&empty[previous_stage]);
-            previous_stage = stage;
-            if (++stage == T::kNumStages) {
-                stage = 0;
-                phase ^= 1;
-            }
-        }
-        wgmma_wait_group<0>();
-        wgmma_fence_operands<T::kBlockN / 2>(acc);
-        mbarrier_arrive(&empty[previous_stage]);
-
-        if constexpr (T::kSplitK) {
-            T::SplitEpilogue::store(acc, unit, num_splits, scheduler.num_tiles, math_wg,
-                                    split.workspace, split.counters,
-                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
-                                    &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
-        } else {
-            T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                               &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                               unit.m_block * T::kBlockM + math_wg * 64,
-                               unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
-        }
-    }
-    T::Epilogue::finish();
+    // A CTA may not exit while its peer can still arrive on its barriers or multicast into it.
+    if constexpr (T::kClusterN > 1)
+        cluster_sync();
 }
 
 }  // namespace dg::sm90

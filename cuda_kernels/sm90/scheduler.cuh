@@ -2,8 +2,11 @@
 // tile, or with split-K one K-slice of one tile. Within a K-slice, consecutive units sweep a group
 // of kGroupM block-rows before moving along N, so the CTAs of one wave share A rows and B columns
 // in L2 instead of streaming the whole of B once per row of tiles. The slice index varies slowest,
-// so a wave works on one K range at a time. Grouped GEMMs reuse the mainloop and epilogue and
-// replace only this.
+// so a wave works on one K range at a time. With clusters of kClusterN CTAs along N, a cluster takes
+// kClusterN adjacent tiles of one block-row at once (rank r gets n_block = kClusterN * g + r), so
+// its CTAs can share each A tile through TMA multicast; the host guarantees ceil(N / BN) is a
+// multiple of kClusterN and the grid a multiple of kClusterN, so every CTA of a cluster walks the
+// same sequence of K ranges. Grouped GEMMs reuse the mainloop and epilogue and replace only this.
 #pragma once
 
 #include "../common/types.cuh"
@@ -17,11 +20,12 @@ struct WorkUnit {
     uint32_t k_block_begin, k_block_end;
 };
 
-template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM>
+template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM, uint32_t kClusterN>
 struct PersistentTileScheduler {
     uint32_t num_m_blocks, num_n_blocks, num_tiles;
+    uint32_t num_n_groups, num_group_tiles;  // tiles counted in cluster-wide groups along N
     uint32_t num_k_blocks, k_blocks_per_split, num_units;
-    uint32_t next_unit;
+    uint32_t next_unit, rank;
 
     // The host guarantees every slice is non-empty: (num_splits - 1) * per_split < num_k_blocks.
     __device__ __forceinline__ PersistentTileScheduler(uint32_t m, uint32_t n, uint32_t k_blocks,
@@ -29,28 +33,31 @@ struct PersistentTileScheduler {
         : num_m_blocks((m + kBlockM - 1) / kBlockM),
           num_n_blocks((n + kBlockN - 1) / kBlockN),
           num_tiles(num_m_blocks * num_n_blocks),
+          num_n_groups(num_n_blocks / kClusterN),
+          num_group_tiles(num_m_blocks * num_n_groups),
           num_k_blocks(k_blocks),
           k_blocks_per_split((k_blocks + num_splits - 1) / num_splits),
-          num_units(num_tiles * num_splits),
-          next_unit(blockIdx.x) {}
+          num_units(num_group_tiles * num_splits),
+          next_unit(blockIdx.x / kClusterN),
+          rank(blockIdx.x % kClusterN) {}
 
     // Returns false when this CTA has no work left.
     __device__ __forceinline__ bool next(WorkUnit& unit) {
         if (next_unit >= num_units)
             return false;
-        unit.split = next_unit / num_tiles;
-        const uint32_t tile_index = next_unit - unit.split * num_tiles;
-        const uint32_t tiles_per_group = kGroupM * num_n_blocks;
+        unit.split = next_unit / num_group_tiles;
+        const uint32_t tile_index = next_unit - unit.split * num_group_tiles;
+        const uint32_t tiles_per_group = kGroupM * num_n_groups;
         const uint32_t group = tile_index / tiles_per_group;
         const uint32_t first_m = group * kGroupM;
         const uint32_t rows_in_group = min(num_m_blocks - first_m, kGroupM);
         const uint32_t in_group = tile_index - group * tiles_per_group;
         unit.m_block = first_m + in_group % rows_in_group;
-        unit.n_block = in_group / rows_in_group;
+        unit.n_block = (in_group / rows_in_group) * kClusterN + rank;
         unit.tile = unit.m_block * num_n_blocks + unit.n_block;
         unit.k_block_begin = unit.split * k_blocks_per_split;
         unit.k_block_end = min(unit.k_block_begin + k_blocks_per_split, num_k_blocks);
-        next_unit += gridDim.x;
+        next_unit += gridDim.x / kClusterN;
         return true;
     }
 };

@@ -8,7 +8,8 @@ times one unit's time. A unit is bound by its tensor-core work or by the bytes i
   narrow tiles: each m64nNk16 wgmma reads A (2 KB) and B (32*N bytes) from shared memory, which
   serves 128 B/clock, so N below ~96 starves the tensor core; one consumer warpgroup (BM = 64)
   hides less of its issue and epilogue time than two;
-- L2: (BM + BN) * K' * 2 bytes per unit at `L2_BYTES_PER_CLOCK` per SM.
+- L2: (BM + BN) * K' * 2 bytes per unit at `L2_BYTES_PER_CLOCK` per SM; with a 2-CTA cluster
+  along N each CTA loads only half of A (the other half arrives by multicast): (BM/2 + BN) * K' * 2.
 Split-K adds the partial write and the last CTA's read of all partials, and a fixed cost.
 Among candidates the cheapest estimate wins; ties go to the larger tile. The constants were fitted
 to the H200 sweeps recorded in benchmarks/NOTES.md; `autotune_configs/sm90/bf16_gemm.json` holds
@@ -39,8 +40,9 @@ class Bf16GemmConfig:
     block_n: int
     num_stages: int
     group_m: int
-    num_sms: int          # persistent grid size (<= work units)
+    num_sms: int          # persistent grid size (<= work units, a multiple of cluster_n)
     num_splits: int = 1   # K-slices per tile (split-K) when > 1
+    cluster_n: int = 1    # CTAs per cluster along N sharing A by TMA multicast (1 or 2)
 
     @property
     def num_threads(self) -> int:
@@ -85,15 +87,15 @@ def _tensor_core_efficiency(block_m: int, block_n: int) -> float:
 
 
 def estimate_cycles(m: int, n: int, k: int, block_m: int, block_n: int, num_splits: int,
-                    num_sms: int) -> float:
+                    num_sms: int, cluster_n: int = 1) -> float:
     tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
     k_blocks = math.ceil(k / BLOCK_K_BF16)
     k_slice = math.ceil(k_blocks / num_splits) * BLOCK_K_BF16
     units = tiles * num_splits
-    rounds = math.ceil(units / num_sms)
+    rounds = math.ceil(units / (num_sms // cluster_n * cluster_n))
     compute = 2 * block_m * block_n * k_slice / (
         PEAK_FLOPS_PER_CLOCK * _tensor_core_efficiency(block_m, block_n))
-    l2 = (block_m + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
+    l2 = (block_m / cluster_n + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
     unit = max(compute, l2) + UNIT_OVERHEAD_CLOCKS
     hbm = (m * k + n * k) * 2 / HBM_BYTES_PER_CLOCK
     total = max(rounds * unit, hbm)
@@ -112,14 +114,18 @@ def _valid_splits(k: int, num_splits: int) -> int:
 
 
 def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
-                out_bytes: int, num_sms: int) -> Bf16GemmConfig | None:
+                out_bytes: int, num_sms: int, cluster_n: int = 1) -> Bf16GemmConfig | None:
+    """A runnable config, or None: too few stages fit, or the cluster does not divide the
+    N blocks (a cluster's CTAs take adjacent N tiles) or the SMs."""
     num_splits = _valid_splits(k, num_splits)
     stages = max_stages(block_m, block_n, out_bytes, num_splits > 1)
-    if stages < 3:
+    n_blocks = math.ceil(n / block_n)
+    if stages < 3 or n_blocks % cluster_n or num_sms < cluster_n:
         return None
-    units = math.ceil(m / block_m) * math.ceil(n / block_n) * num_splits
+    units = math.ceil(m / block_m) * n_blocks * num_splits
+    grid = min(num_sms // cluster_n * cluster_n, units)
     return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, group_m=8,
-                          num_sms=min(num_sms, units), num_splits=num_splits)
+                          num_sms=grid, num_splits=num_splits, cluster_n=cluster_n)
 
 
 @functools.cache
@@ -139,7 +145,7 @@ def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | Non
     if entry is None:
         return None
     return make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
-                       out_bytes, num_sms)
+                       out_bytes, num_sms, entry.get("cluster_n", 1))
 
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
@@ -155,13 +161,15 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
         # Split-K only pays when the tiles leave SMs idle.
         split_options = range(1, MAX_SPLITS + 1) if allow_split_k and tiles < num_sms else (1,)
         for splits in split_options:
-            config = make_config(m, n, block_m, block_n, splits, k, out_bytes, num_sms)
-            if config is None or (splits > 1 and config.num_splits != splits):
-                continue
-            cycles = estimate_cycles(m, n, k, block_m, block_n, config.num_splits, num_sms)
-            score = (cycles, config.num_splits, -(block_m * block_n))
-            if best is None or score < best[0]:
-                best = (score, config)
+            for cluster_n in (1, 2):
+                config = make_config(m, n, block_m, block_n, splits, k, out_bytes, num_sms, cluster_n)
+                if config is None or (splits > 1 and config.num_splits != splits):
+                    continue
+                cycles = estimate_cycles(m, n, k, block_m, block_n, config.num_splits, num_sms,
+                                         cluster_n)
+                score = (cycles, config.num_splits, cluster_n, -(block_m * block_n))
+                if best is None or score < best[0]:
+                    best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
     return best[1]
