@@ -149,12 +149,14 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // Arrives on the mbarrier at the same shared-memory offset in CTA `cta_rank` of the cluster.
+// Default (CTA-scope) release semantics: the arrival only says "done reading this stage", no
+// writes need publishing cluster-wide, and a cluster-scope release per k-block costs a fence.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
     asm volatile(
         "{\n"
         ".reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
         "}\n" :: "r"(smem_addr(bar)), "r"(cta_rank) : "memory");
 }
 
