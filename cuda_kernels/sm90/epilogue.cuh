@@ -51,13 +51,19 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kSlabCols = kSwizzleBytes / sizeof(OutT);
     static constexpr uint32_t kNumSlabs = kBlockN / kSlabCols;
     static constexpr uint32_t kSlabBytes = kRows * kSwizzleBytes;
-    static constexpr uint32_t kBytesPerWarpgroup = kNumSlabs * kSlabBytes;
+    // Rows wider than 256 bytes (with an even slab count) are staged half at a time: the staging
+    // buffer shrinks by half, which buys the widest tiles one more pipeline stage (128x256 BF16:
+    // 3 -> 4). Mirrored by heuristics.sm90.epilogue_staging_cols.
+    static constexpr uint32_t kNumChunks = (kRowBytes > 256 && kNumSlabs % 2 == 0) ? 2 : 1;
+    static constexpr uint32_t kChunkSlabs = kNumSlabs / kNumChunks;
+    static constexpr uint32_t kChunkCols = kChunkSlabs * kSlabCols;
+    static constexpr uint32_t kBytesPerWarpgroup = kChunkSlabs * kSlabBytes;
     static_assert(kRowBytes % 32 == 0, "a tile row must be a multiple of 32 bytes");
 
-    // Byte offset of element (row, col) in the staging buffer: slab-major, rows of kSwizzleBytes,
-    // then the TMA swizzle: address bits [4, 4 + log2(span / 16)) XOR address bits [7, ...)
-    // (CU_TENSOR_MAP_SWIZZLE_32B/64B/128B). Slabs start at multiples of 2 KB, so the pattern
-    // depends on the offset alone.
+    // Byte offset of element (row, col) of a chunk in the staging buffer: slab-major, rows of
+    // kSwizzleBytes, then the TMA swizzle: address bits [4, 4 + log2(span / 16)) XOR address bits
+    // [7, ...) (CU_TENSOR_MAP_SWIZZLE_32B/64B/128B). Slabs start at multiples of 2 KB, so the
+    // pattern depends on the offset alone.
     __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t col) {
         const uint32_t linear = (col / kSlabCols) * kSlabBytes + row * kSwizzleBytes +
                                 (col % kSlabCols) * sizeof(OutT);
@@ -72,53 +78,57 @@ struct SwizzledTmaStoreEpilogue {
                                                  uint32_t col0, uint32_t barrier_id) {
         const uint32_t thread = threadIdx.x % 128;
         const bool leader = thread == 0;
-
-        // The previous tile's stores must have finished reading the staging buffer.
-        if (leader)
-            tma_store_wait_read_all();
-        named_barrier_sync(barrier_id, 128);
-
-        if constexpr (kAccumulate) {
-            if (leader) {
-                // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
-                mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
-#pragma unroll
-                for (uint32_t s = 0; s < kNumSlabs; ++s)
-                    tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier,
-                                col0 + s * kSlabCols, row0);
-            }
-            mbarrier_wait(load_barrier, load_phase);
-            load_phase ^= 1;
-        }
-
-        // wgmma m64nN fragment (PTX ISA 9.7.15.5.2): warp w holds rows 16w + lane/4 (+8);
-        // registers 4t..4t+3 hold columns 8t + 2*(lane%4) + {0,1} of those two rows.
         const uint32_t warp = thread / 32, lane = thread % 32;
         const uint32_t staging_addr = smem_addr(staging);
-#pragma unroll
-        for (uint32_t t = 0; t < kBlockN / 8; ++t) {
-#pragma unroll
-            for (uint32_t half = 0; half < 2; ++half) {
-                const uint32_t row = warp * 16 + lane / 4 + half * 8;
-                const uint32_t col = t * 8 + (lane % 4) * 2;
-                const uint32_t p = staging_addr + offset(row, col);
-                float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
-                if constexpr (kAccumulate) {
-                    const float2 old = OutputPair<OutT>::load(p);
-                    v.x += old.x;
-                    v.y += old.y;
-                }
-                OutputPair<OutT>::store(p, v);
-            }
-        }
-        fence_proxy_async_shared();
-        named_barrier_sync(barrier_id, 128);
 
-        if (leader) {
 #pragma unroll
-            for (uint32_t s = 0; s < kNumSlabs; ++s)
-                tma_store_2d(tma_d, staging + s * kSlabBytes, col0 + s * kSlabCols, row0);
-            tma_store_commit_group();
+        for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+            const uint32_t chunk_col0 = col0 + chunk * kChunkCols;
+            // The previous stores (last chunk, or last tile) must have finished reading staging.
+            if (leader)
+                tma_store_wait_read_all();
+            named_barrier_sync(barrier_id, 128);
+
+            if constexpr (kAccumulate) {
+                if (leader) {
+                    // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
+                    mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
+#pragma unroll
+                    for (uint32_t s = 0; s < kChunkSlabs; ++s)
+                        tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier,
+                                    chunk_col0 + s * kSlabCols, row0);
+                }
+                mbarrier_wait(load_barrier, load_phase);
+                load_phase ^= 1;
+            }
+
+            // wgmma m64nN fragment (PTX ISA 9.7.15.5.2): warp w holds rows 16w + lane/4 (+8);
+            // registers 4t..4t+3 hold columns 8t + 2*(lane%4) + {0,1} of those two rows.
+#pragma unroll
+            for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t) {
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t row = warp * 16 + lane / 4 + half * 8;
+                    const uint32_t col = t * 8 + (lane % 4) * 2 - chunk * kChunkCols;
+                    const uint32_t p = staging_addr + offset(row, col);
+                    float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+                    if constexpr (kAccumulate) {
+                        const float2 old = OutputPair<OutT>::load(p);
+                        v.x += old.x;
+                        v.y += old.y;
+                    }
+                    OutputPair<OutT>::store(p, v);
+                }
+            }
+            fence_proxy_async_shared();
+            named_barrier_sync(barrier_id, 128);
+
+            if (leader) {
+#pragma unroll
+                for (uint32_t s = 0; s < kChunkSlabs; ++s)
+                    tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
+                tma_store_commit_group();
+            }
         }
     }
 

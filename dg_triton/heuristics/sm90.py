@@ -55,12 +55,20 @@ def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
     return 128 if row % 128 == 0 else 64 if row % 64 == 0 else 32
 
 
+def epilogue_staging_cols(block_n: int, out_bytes: int) -> int:
+    """Mirrors SwizzledTmaStoreEpilogue::kChunkCols: rows wider than 256 bytes with an even number
+    of swizzle slabs are staged half at a time."""
+    row = block_n * out_bytes
+    slabs = row // epilogue_swizzle_bytes(block_n, out_bytes)
+    return block_n // 2 if row > 256 and slabs % 2 == 0 else block_n
+
+
 def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int,
                             split_k: bool = False) -> int:
     """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes)."""
     warpgroups = block_m // 64
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2
-    staging = 0 if split_k else block_m * block_n * out_bytes
+    staging = 0 if split_k else block_m * epilogue_staging_cols(block_n, out_bytes) * out_bytes
     barriers = (2 * num_stages + warpgroups) * 8
     return num_stages * stage + staging + barriers + warpgroups * 4 + 1024
 

@@ -57,6 +57,8 @@ using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
     {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_n},
     {self.shape_m}, {self.shape_n}, {self.shape_k}>;
+// The host asks for exactly this much shared memory (heuristics.sm90.bf16_gemm_shared_memory).
+static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
 
 extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 {KERNEL_SYMBOL}(const __grid_constant__ dg::TmaDescriptor tma_a,
