@@ -40,11 +40,14 @@ DEEPGEMM_BF16_M1_US = [19.1, 14.7, 29.7, 17.1, 72.8, 25.6, 16.0]
 
 
 def versions() -> dict:
+    # The GPU machine gets a copy of the tree without .git: the sha can come in DG_TRITON_SHA.
+    sha = os.environ.get("DG_TRITON_SHA", "")
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip() or "unknown"
+        sha = sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                    capture_output=True, text=True).stdout.strip()
     except OSError:
-        sha = "unknown"
+        pass
+    sha = sha or "unknown"
     import triton
     from cuda.bindings import driver
     driver_version = driver.cuDriverGetVersion()[1]
