@@ -7,7 +7,10 @@ without a GPU. `encode` calls the driver; a `DescriptorCache` per operand layout
 host buffers by address: weights, benchmark loops and CUDA-graph replays hit every time.
 """
 import functools
+import sys
 from dataclasses import dataclass
+
+from dg_triton.env import env_flag
 
 SWIZZLE_NONE, SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B = 0, 32, 64, 128
 _MAX_BOX = 256
@@ -119,6 +122,8 @@ class DescriptorCache:
         if len(self._buffers) >= self.MAX_ENTRIES:
             self._buffers.clear()
         import ctypes
+        if env_flag("DG_JIT_DEBUG"):
+            print(f"[dg_triton JIT] TMA descriptor {self.params} at {address:#x}", file=sys.stderr)
         buffer = ctypes.create_string_buffer(encode(self.params, address), 128)
         self._buffers[address] = (buffer, ctypes.addressof(buffer))
         return self._buffers[address][1]
