@@ -1,7 +1,8 @@
 """dg_triton: DeepGEMM-compatible tensor-core kernels (Triton front, JIT-compiled CUDA back).
 
 Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
-Built so far: the SM90 BF16 dense GEMMs. SM100 code paths are compile-checked only.
+Built so far: the SM90 BF16 dense GEMMs. There is no SM100 kernel yet; non-SM90 devices get a
+NotImplementedError naming the function and the architecture.
 """
 __version__ = "2.6.1"
 

@@ -9,6 +9,7 @@
 #include "../common/types.cuh"
 
 #include "../common/ptx.cuh"
+#include "wgmma.cuh"
 
 namespace dg::sm90 {
 
@@ -76,9 +77,7 @@ struct SwizzledTmaStoreEpilogue {
                                                  uint64_t* load_barrier, uint32_t& load_phase,
                                                  const TmaDescriptor* tma_d, uint32_t row0,
                                                  uint32_t col0, uint32_t barrier_id) {
-        const uint32_t thread = threadIdx.x % 128;
-        const bool leader = thread == 0;
-        const uint32_t warp = thread / 32, lane = thread % 32;
+        const bool leader = threadIdx.x % 128 == 0;
         const uint32_t staging_addr = smem_addr(staging);
 
 #pragma unroll
@@ -102,15 +101,12 @@ struct SwizzledTmaStoreEpilogue {
                 load_phase ^= 1;
             }
 
-            // wgmma m64nN fragment (PTX ISA 9.7.15.5.2): warp w holds rows 16w + lane/4 (+8);
-            // registers 4t..4t+3 hold columns 8t + 2*(lane%4) + {0,1} of those two rows.
 #pragma unroll
             for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t) {
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t row = warp * 16 + lane / 4 + half * 8;
-                    const uint32_t col = t * 8 + (lane % 4) * 2 - chunk * kChunkCols;
-                    const uint32_t p = staging_addr + offset(row, col);
+                    const uint32_t p = staging_addr +
+                                       offset(fragment_row(half), fragment_col(t) - chunk * kChunkCols);
                     float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
                     if constexpr (kAccumulate) {
                         const float2 old = OutputPair<OutT>::load(p);

@@ -11,6 +11,7 @@
 
 #include "../common/ptx.cuh"
 #include "scheduler.cuh"
+#include "wgmma.cuh"
 
 namespace dg::sm90 {
 
@@ -36,18 +37,17 @@ struct SplitKEpilogue {
             const float* acc, const WorkUnit& unit, uint32_t num_splits, uint32_t num_tiles,
             uint32_t math_wg, float* workspace, uint32_t* counters, OutT* d, uint32_t ld_d,
             uint32_t m, uint32_t n, uint32_t* is_last_flag, uint32_t barrier_id) {
-        const uint32_t thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
+        const uint32_t thread = threadIdx.x % 128;
         const auto chunk = [&](uint32_t split) {
             return workspace + ((static_cast<uint64_t>(split) * num_tiles + unit.tile) *
                                 kNumMathWarpgroups + math_wg) * kChunkFloats;
         };
-        // wgmma fragment: rows 16w + lane/4 (+8), columns 8t + 2*(lane%4) + {0,1}.
         float* mine = chunk(unit.split);
 #pragma unroll
         for (uint32_t t = 0; t < kBlockN / 8; ++t)
 #pragma unroll
             for (uint32_t half = 0; half < 2; ++half) {
-                const uint32_t row = warp * 16 + lane / 4 + half * 8, col = t * 8 + (lane % 4) * 2;
+                const uint32_t row = fragment_row(half), col = fragment_col(t);
                 *reinterpret_cast<float2*>(mine + row * kBlockN + col) =
                     make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
             }
@@ -91,8 +91,7 @@ struct SplitKEpilogue {
                     for (uint32_t t = 0; t < kChunkT; ++t)
 #pragma unroll
                         for (uint32_t half = 0; half < 2; ++half) {
-                            const uint32_t row = warp * 16 + lane / 4 + half * 8;
-                            const uint32_t col = (t0 + t) * 8 + (lane % 4) * 2;
+                            const uint32_t row = fragment_row(half), col = fragment_col(t0 + t);
                             // .cg: written by other CTAs during this kernel, so bypass L1
                             const float2 v = __ldcg(
                                 reinterpret_cast<const float2*>(partial + row * kBlockN + col));
@@ -108,9 +107,8 @@ struct SplitKEpilogue {
             for (uint32_t t = 0; t < kChunkT; ++t)
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t row = warp * 16 + lane / 4 + half * 8;
-                    const uint32_t col = (t0 + t) * 8 + (lane % 4) * 2;
-                    const uint32_t grow = row0 + row, gcol = col0 + col;
+                    const uint32_t grow = row0 + fragment_row(half);
+                    const uint32_t gcol = col0 + fragment_col(t0 + t);
                     if (grow >= m)
                         continue;
                     float sum0 = sums[t * 4 + half * 2], sum1 = sums[t * 4 + half * 2 + 1];

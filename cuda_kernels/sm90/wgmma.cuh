@@ -37,6 +37,18 @@ __device__ __forceinline__ void wgmma_wait_group() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(kPendingGroups) : "memory");
 }
 
+// Where a thread's accumulators sit in the m64nN tile (PTX ISA 9.7.15.5.2, wgmma D fragment):
+// registers 4t + 2h + {0, 1} hold row 16 * warp + lane / 4 + 8h, columns 8t + 2 * (lane % 4) + {0, 1}
+// (warp and lane within the warpgroup). Both epilogues walk the fragment through these two.
+__device__ __forceinline__ uint32_t fragment_row(uint32_t half) {
+    const uint32_t thread = threadIdx.x % 128;
+    return (thread / 32) * 16 + (thread % 32) / 4 + half * 8;
+}
+
+__device__ __forceinline__ uint32_t fragment_col(uint32_t t) {
+    return t * 8 + (threadIdx.x % 4) * 2;
+}
+
 // Keeps the compiler from moving accesses of accumulator registers across an in-flight wgmma.
 template <int kCount>
 __device__ __forceinline__ void wgmma_fence_operands(float* regs) {
