@@ -2,10 +2,18 @@
 
 The m/k alignment of the contiguous grouped layouts is process-wide state like the settings in
 ``dg_triton.settings``; it lives here because DeepGEMM exports it from ``utils.layout``.
+
+The scale-factor layout helpers (API.md 2.3-2.5) run the Triton kernels of
+``dg_triton.triton.sf_layout`` on CUDA tensors and the plain-torch definitions of
+``dg_triton.reference_sf_layout`` on any other device (DeepGEMM's helpers work on any device).
+Padding rows ``MN..align(MN, 4)-1`` of their outputs, unspecified by API.md 2.3, are written as 0.
 """
+import torch
+
+from .. import reference_sf_layout
 from ..errors import reject
-from ..settings import current_arch_major, int_argument
-from .math import align
+from ..settings import bool_argument, current_arch_major, int_argument
+from .math import align, ceil_div
 
 __all__ = [
     "get_tma_aligned_size",
@@ -14,6 +22,9 @@ __all__ = [
     "get_m_alignment_for_contiguous_layout",
     "get_k_alignment_for_contiguous_layout",
     "get_theoretical_mk_alignment_for_contiguous_layout",
+    "get_mn_major_tma_aligned_tensor",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "transform_sf_into_required_layout",
 ]
 
 # TMA needs every non-unit global stride to be a multiple of 16 bytes (CUDA driver API,
@@ -74,3 +85,144 @@ def get_theoretical_mk_alignment_for_contiguous_layout(expected_m: int | None = 
     while block > 32 and block - 32 >= expected_m:
         block -= 32
     return block
+
+
+# ---------------------------------------------------------------------------------------------
+# Scale-factor layouts (API.md 2.3-2.5)
+
+
+def _sf_kernels():
+    # Imported on first CUDA use only: importing Triton costs time a CPU-only user never needs.
+    from ..triton import sf_layout
+
+    return sf_layout
+
+
+def _check_sf_tensor(function: str, sf, dtypes: tuple) -> None:
+    if not isinstance(sf, torch.Tensor):
+        raise reject(function, "sf", "a torch.Tensor", type(sf).__name__)
+    if sf.dim() not in (2, 3):
+        raise reject(function, "sf", "2-D [MN, SK] or 3-D [G, MN, SK]", f"{sf.dim()}-D shape {tuple(sf.shape)}")
+    if sf.dtype not in dtypes:
+        expected = " or ".join(str(dtype) for dtype in dtypes)
+        raise reject(function, "sf.dtype", expected, sf.dtype)
+
+
+def get_mn_major_tma_aligned_tensor(sf, /):
+    """fp32 ``[MN, SK]`` / ``[G, MN, SK]`` -> the same values in the TMA-aligned MN-major layout
+    (API.md 2.3); ``sf`` itself when it already has that layout. Padding rows are 0."""
+    _check_sf_tensor("get_mn_major_tma_aligned_tensor", sf, (torch.float32,))
+    if reference_sf_layout.is_mn_major_tma_aligned(sf):
+        return sf
+    if sf.is_cuda:
+        return _sf_kernels().mn_major_tma_aligned(sf)
+    return reference_sf_layout.get_mn_major_tma_aligned_tensor(sf)
+
+
+def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout=None):
+    """fp32 ``[.., MN, SK]`` non-negative powers of two -> int32 ``[.., MN, ceil(SK/4)]`` packed
+    UE8M0 (API.md 2.2) in the TMA-aligned MN-major layout. Padding rows are 0.
+
+    Values are not checked on the host (that would synchronize); a value that is not a power of two
+    contributes its exponent byte, where DeepGEMM device-asserts."""
+    function = "get_mn_major_tma_aligned_packed_ue8m0_tensor"
+    if psum_layout is not None:
+        raise NotImplementedError(f"{function}: psum_layout is not implemented yet (API.md 2.5)")
+    _check_sf_tensor(function, sf, (torch.float32,))
+    mn = sf.size(-2)
+    # DeepGEMM's fast path takes a non-contiguous 2-D input with MN % 4 == 0 only when exactly
+    # MN-major and rejects any other; kept so code that runs here runs there (API.md 2.5).
+    if sf.dim() == 2 and mn % 4 == 0 and not sf.is_contiguous() and sf.stride() != (1, mn):
+        raise reject(function, "sf.stride()", f"contiguous or exactly MN-major (1, {mn})", sf.stride())
+    if sf.is_cuda:
+        return _sf_kernels().mn_major_tma_aligned_packed_ue8m0(sf)
+    return reference_sf_layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+
+
+def _recipe_granularity(function: str, recipe, is_sfa) -> tuple[int, int]:
+    if not isinstance(recipe, (tuple, list)) or len(recipe) not in (2, 3):
+        raise reject(function, "recipe", "a tuple (gran_mn, gran_k) or (gran_m, gran_n, gran_k)", repr(recipe))
+    values = tuple(int_argument(function, f"recipe[{i}]", value) for i, value in enumerate(recipe))
+    if any(value <= 0 for value in values):
+        raise reject(function, "recipe", "positive granularities", repr(recipe))
+    if len(values) == 2:
+        if is_sfa is not None:
+            raise reject(function, "is_sfa", "None with a 2-tuple recipe", repr(is_sfa))
+        return values
+    if is_sfa is None:
+        raise reject(function, "is_sfa", "True or False with a 3-tuple recipe", "None")
+    is_sfa = bool_argument(function, "is_sfa", is_sfa)
+    return (values[0] if is_sfa else values[1]), values[2]
+
+
+def _check_sfb_sm90(function: str, sf) -> None:
+    """API.md 2.2: a per-block SFB is plain contiguous or its transpose-contiguous form (batch stride
+    = product of the last two sizes either way)."""
+    if not (sf.is_contiguous() or sf.mT.is_contiguous()):
+        raise reject(function, "sf.stride()", "contiguous or transpose-contiguous (SM90 per-block SFB)", sf.stride())
+
+
+def _check_tma_aligned(function: str, sf) -> None:
+    if not reference_sf_layout.is_mn_major_tma_aligned(sf):
+        mn = sf.size(-2)
+        raise reject(function, "sf.stride()", f"TMA-aligned MN-major (stride(-2) == 1, stride(-1) == "
+                     f"{align(mn, 4)}, stride(-3) == stride(-1) * size(-1))", sf.stride())
+
+
+def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa=None,
+                                      disable_ue8m0_cast=False, psum_layout=None):
+    """``sf`` in the layout the GEMMs of the current arch read (API.md 2.4 decision table).
+
+    The arch is ``current_arch_major()``; without a GPU (None) and on any arch but SM100 the SM90
+    rows apply."""
+    function = "transform_sf_into_required_layout"
+    if psum_layout is not None:
+        raise NotImplementedError(f"{function}: psum_layout is not implemented yet (API.md 2.4)")
+    _check_sf_tensor(function, sf, (torch.float32, torch.int32))
+    mn = int_argument(function, "mn", mn)
+    k = int_argument(function, "k", k)
+    if mn < 0:
+        raise reject(function, "mn", "non-negative", mn)
+    if k < 0:
+        raise reject(function, "k", "non-negative", k)
+    gran_mn, gran_k = _recipe_granularity(function, recipe, is_sfa)
+    disable_ue8m0_cast = bool_argument(function, "disable_ue8m0_cast", disable_ue8m0_cast)
+
+    expected_dim = 2 if num_groups is None else 3
+    if sf.dim() != expected_dim:
+        raise reject(function, "sf.dim()", f"{expected_dim} (num_groups={num_groups})", sf.dim())
+    if num_groups is not None:
+        num_groups = int_argument(function, "num_groups", num_groups)
+        if sf.size(0) != num_groups:
+            raise reject(function, "sf.size(-3)", f"num_groups = {num_groups}", sf.size(0))
+    if sf.size(-2) != ceil_div(mn, gran_mn):
+        raise reject(function, "sf.size(-2)", f"ceil(mn / gran_mn) = ceil({mn} / {gran_mn}) = {ceil_div(mn, gran_mn)}",
+                     sf.size(-2))
+    sk_divisor = gran_k if sf.dtype == torch.float32 else 4 * gran_k
+    if sf.size(-1) != ceil_div(k, sk_divisor):
+        raise reject(function, "sf.size(-1)", f"ceil(k / {sk_divisor}) = {ceil_div(k, sk_divisor)} for {sf.dtype}",
+                     sf.size(-1))
+
+    is_sm100 = current_arch_major() == 10
+    if sf.dtype == torch.float32:
+        if (gran_mn, gran_k) == (1, 128) and (not is_sm100 or disable_ue8m0_cast):
+            return get_mn_major_tma_aligned_tensor(sf)
+        if (gran_mn, gran_k) == (128, 128) and (not is_sm100 or disable_ue8m0_cast):
+            _check_sfb_sm90(function, sf)
+            return sf
+        if is_sm100 and not disable_ue8m0_cast and gran_k in (32, 128):
+            if gran_mn == 1:
+                return get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+            if sf.is_cuda:
+                # The row broadcast of the definition is fused into the packing kernel.
+                return _sf_kernels().mn_major_tma_aligned_packed_ue8m0(sf, mn=mn, gran_mn=gran_mn)
+            return get_mn_major_tma_aligned_packed_ue8m0_tensor(reference_sf_layout.broadcast_sf_rows(sf, mn, gran_mn))
+    elif is_sm100 and gran_k in (32, 128):
+        if gran_mn != 1:
+            raise reject(function, "recipe", "gran_mn == 1 for an int32 (packed UE8M0) SF", f"gran_mn = {gran_mn}")
+        _check_tma_aligned(function, sf)
+        return sf
+    arch = "none (no GPU)" if current_arch_major() is None else f"SM{current_arch_major()}0"
+    raise reject(function, "sf", "a supported combination (Unknown SF transformation)",
+                 f"dtype {sf.dtype}, granularity ({gran_mn}, {gran_k}), arch {arch}, "
+                 f"disable_ue8m0_cast={disable_ue8m0_cast}")

@@ -1,0 +1,97 @@
+"""The reference FP8 casts (dg_triton/reference_quant.py) against API.md 2.1 / 3.15 on hand-computed
+examples, and the public wrappers of dg_triton.utils.math on CPU tensors (which run the reference).
+Plain CPU, no interpreter."""
+import pytest
+import torch
+
+import dg_triton
+from dg_triton import reference_quant
+from dg_triton.errors import DGArgumentError
+
+
+def test_per_token_scale_is_amax_over_448_and_data_is_x_over_scale():
+    x = torch.zeros(2, 256)
+    x[0, 0], x[0, 1] = 896.0, -3.0  # group (0, 0): amax 448*2 -> sf 2.0
+    x[0, 128] = 44.8  # group (0, 1): sf 0.1 (fp32 division)
+    q, sf = dg_triton.per_token_cast_to_fp8(x, use_ue8m0=False)
+    assert sf[0, 0].item() == 2.0
+    assert sf[0, 1] == torch.tensor(44.8) / 448
+    assert sf[1].tolist() == [torch.tensor(1e-4).div(448).item()] * 2  # zero row: the 1e-4 floor
+    assert q[0, :2].float().tolist() == [448.0, -1.5]
+    assert q[1].float().abs().sum().item() == 0.0
+
+
+def test_per_token_ue8m0_rounds_scale_up_to_a_power_of_two():
+    x = torch.zeros(1, 130)
+    x[0, 0] = 448.0 * 3  # sf 3.0 -> 4.0
+    x[0, 128] = 448.0 * 0.25  # sf 0.25 stays
+    q, sf = reference_quant.per_token_cast_to_fp8(x, use_ue8m0=True)
+    assert sf.tolist() == [[4.0, 0.25]]
+    assert q.shape == (1, 130) and q[0, 0].float().item() == 320.0  # 1344 / 4 = 336, a tie: to even
+    packed_q, packed = reference_quant.per_token_cast_to_fp8(torch.ones(3, 512), True,
+                                                             use_packed_ue8m0=True)
+    assert packed.dtype == torch.int32 and packed.shape == (3, 1)
+    # amax 1 -> sf 1/448 -> 2^-8: biased exponent 119 in each of the four bytes.
+    assert packed.view(torch.uint8).tolist() == [[119] * 4] * 3
+
+
+def test_ceil_to_ue8m0_and_pack_round_trip():
+    x = torch.tensor([3.0, 4.0, -0.3, 0.0, 1e-45, 3e38])
+    assert dg_triton.ceil_to_ue8m0(x).tolist() == [4.0, 4.0, 0.5, 2.0 ** -126, 2.0 ** -126, 2.0 ** 127]
+    exponents = torch.tensor([[1.0, 2.0, 0.5, 2.0 ** -20], [2.0 ** 100, 1.0, 1.0, 2.0 ** -126]])
+    packed = dg_triton.pack_ue8m0_to_int(exponents)
+    assert packed.shape == (2, 1) and packed.dtype == torch.int32
+    assert packed[0, 0].item() == 127 | (128 << 8) | (126 << 16) | (107 << 24)
+    assert torch.equal(dg_triton.unpack_ue8m0_from_int(packed), exponents)
+
+
+def test_per_block_and_per_channel_scales_cover_their_tiles():
+    x = torch.zeros(130, 200)
+    x[129, 199] = 896.0  # tile (1, 1)
+    q, sf = dg_triton.per_block_cast_to_fp8(x, use_ue8m0=False)
+    floor = torch.tensor(1e-4).div(448).item()
+    assert sf.tolist() == [[floor, floor], [floor, 2.0]]
+    assert q[129, 199].float().item() == 448.0
+    y = torch.zeros(256, 3)
+    y[200, 2] = -896.0
+    q, sf = dg_triton.per_channel_cast_to_fp8(y, use_ue8m0=True)
+    assert sf.shape == (2, 3) and sf[1, 2].item() == 2.0 and sf[0, 2].item() == 2.0 ** -22
+    assert q[200, 2].float().item() == -448.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_public_casts_on_cpu_return_the_reference(dtype):
+    x = (torch.randn(129, 300) * 10.0 ** torch.empty(()).uniform_(-3, 3)).to(dtype)
+    for use_ue8m0 in (False, True):
+        for public, reference in [
+            (dg_triton.per_token_cast_to_fp8, reference_quant.per_token_cast_to_fp8),
+            (dg_triton.per_block_cast_to_fp8, reference_quant.per_block_cast_to_fp8),
+        ]:
+            q, sf = public(x, use_ue8m0)
+            q_ref, sf_ref = reference(x, use_ue8m0)
+            assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+            assert torch.equal(sf, sf_ref)
+        q, sf = dg_triton.per_channel_cast_to_fp8(x[:128], use_ue8m0)
+        q_ref, sf_ref = reference_quant.per_channel_cast_to_fp8(x[:128], use_ue8m0)
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(sf, sf_ref)
+    q, sf = dg_triton.per_token_cast_to_fp8(x, False, tma_aligned_sf=True)
+    assert sf.stride() == (1, 132)
+    assert torch.equal(sf, reference_quant.per_token_cast_to_fp8(x, False)[1])
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: dg_triton.per_token_cast_to_fp8(torch.zeros(2, 3, 4), False), "x must be 2-D"),
+    (lambda: dg_triton.per_token_cast_to_fp8(torch.zeros(2, 4, dtype=torch.float16), False),
+     "x must be torch.bfloat16 or torch.float32"),
+    (lambda: dg_triton.per_token_cast_to_fp8(torch.zeros(2, 4), False, gran_k=0), "gran_k"),
+    (lambda: dg_triton.per_token_cast_to_fp8(torch.zeros(2, 512), False, use_packed_ue8m0=True),
+     "use_ue8m0 must be True"),
+    (lambda: dg_triton.per_token_cast_to_fp8(torch.zeros(2, 384), True, use_packed_ue8m0=True),
+     "multiple of 4"),
+    (lambda: dg_triton.per_block_cast_to_fp8([[1.0]], False), "x must be a torch.Tensor"),
+    (lambda: dg_triton.per_channel_cast_to_fp8(torch.zeros(100, 4), False), "m a multiple of"),
+])
+def test_casts_reject_bad_arguments(call, fragment):
+    with pytest.raises(DGArgumentError, match=fragment) as error:
+        call()
+    assert str(error.value).split(":")[0].endswith("_cast_to_fp8")
