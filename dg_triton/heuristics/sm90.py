@@ -8,8 +8,7 @@ times one unit's time. A unit is bound by its tensor-core work or by the bytes i
   narrow tiles: each m64nNk16 wgmma reads A (2 KB) and B (32*N bytes) from shared memory, which
   serves 128 B/clock, so N below ~96 starves the tensor core; one consumer warpgroup (BM = 64)
   hides less of its issue and epilogue time than two;
-- L2: (BM + BN) * K' * 2 bytes per unit at `L2_BYTES_PER_CLOCK` per SM; with a 2-CTA cluster
-  along N each CTA loads only half of A (the other half arrives by multicast): (BM/2 + BN) * K' * 2.
+- L2: (BM + BN) * K' * 2 bytes per unit at `L2_BYTES_PER_CLOCK` per SM.
 Split-K adds the partial write and the last CTA's read of all partials, and a fixed cost.
 Among candidates the cheapest estimate wins; ties go to the larger tile. The constants were fitted
 to the H200 sweeps recorded in benchmarks/NOTES.md; `autotune_configs/sm90/bf16_gemm.json` holds
@@ -95,15 +94,15 @@ def _tensor_core_efficiency(block_m: int, block_n: int) -> float:
 
 
 def estimate_cycles(m: int, n: int, k: int, block_m: int, block_n: int, num_splits: int,
-                    num_sms: int, cluster_n: int = 1) -> float:
+                    num_sms: int) -> float:
     tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
     k_blocks = math.ceil(k / BLOCK_K_BF16)
     k_slice = math.ceil(k_blocks / num_splits) * BLOCK_K_BF16
     units = tiles * num_splits
-    rounds = math.ceil(units / (num_sms // cluster_n * cluster_n))
+    rounds = math.ceil(units / num_sms)
     compute = 2 * block_m * block_n * k_slice / (
         PEAK_FLOPS_PER_CLOCK * _tensor_core_efficiency(block_m, block_n))
-    l2 = (block_m / cluster_n + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
+    l2 = (block_m + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
     unit = max(compute, l2) + UNIT_OVERHEAD_CLOCKS
     hbm = (m * k + n * k) * 2 / HBM_BYTES_PER_CLOCK
     total = max(rounds * unit, hbm)
@@ -168,19 +167,17 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
         tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
         # Split-K only pays when the tiles leave SMs idle.
         split_options = range(1, MAX_SPLITS + 1) if allow_split_k and tiles < num_sms else (1,)
+        # Only cluster_n = 1: 2-CTA multicast clusters are built and tested but measured 0-20 %
+        # slower than the same tiles without (probe_clusters.py, sweep4 log, 2026-11-29); a tuned
+        # entry may still name one if it wins a sweep.
         for splits in split_options:
-            # 2-CTA multicast clusters are built and tested but measured 1.5-8x slower than the
-            # same tiles without (sweep3 log, 2026-11-29; cause not yet found), so the model does
-            # not offer them; a tuned entry may still name one once it wins a sweep.
-            for cluster_n in (1,):
-                config = make_config(m, n, block_m, block_n, splits, k, out_bytes, num_sms, cluster_n)
-                if config is None or (splits > 1 and config.num_splits != splits):
-                    continue
-                cycles = estimate_cycles(m, n, k, block_m, block_n, config.num_splits, num_sms,
-                                         cluster_n)
-                score = (cycles, config.num_splits, cluster_n, -(block_m * block_n))
-                if best is None or score < best[0]:
-                    best = (score, config)
+            config = make_config(m, n, block_m, block_n, splits, k, out_bytes, num_sms)
+            if config is None or (splits > 1 and config.num_splits != splits):
+                continue
+            cycles = estimate_cycles(m, n, k, block_m, block_n, config.num_splits, num_sms)
+            score = (cycles, config.num_splits, -(block_m * block_n))
+            if best is None or score < best[0]:
+                best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
     return best[1]

@@ -82,10 +82,16 @@ def compile_spec(spec: Bf16GemmKernelSpec, arch: str = "sm_90a") -> compiler.Com
     return compiler.compile_kernel(spec.name, spec.source(), arch)
 
 
-@functools.lru_cache(maxsize=None)
 def _load(spec: Bf16GemmKernelSpec, device_index: int) -> Kernel:
-    compiled = compile_spec(spec)
-    return Kernel(compiled.cubin, KERNEL_SYMBOL, device_index, name=spec.name)
+    # Keyed by the source, not the spec: configs that differ only in run-time values (grid size,
+    # split count) share one binary, so they share one loaded module too.
+    return _load_source(spec.name, spec.source(), device_index)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_source(name: str, source: str, device_index: int) -> Kernel:
+    compiled = compiler.compile_kernel(name, source, "sm_90a")
+    return Kernel(compiled.cubin, KERNEL_SYMBOL, device_index, name=name)
 
 
 def _operand_params(rows: int, k: int, strides: tuple[int, int], k_major: bool, block_rows: int,
