@@ -80,9 +80,9 @@ def sweep_configs(m, n, k, a, b, d, ref):
         if block_n % 32 and block_n not in (16, 48, 144, 176, 208, 240):
             continue  # keep the sweep within the lease: multiples of 32 plus a few
         for splits in ((1, 2, 3, 4, 6, 8) if small and block_n <= 128 else (1,)):
-            for cluster_n in (1, 2):
+            for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
                 config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(),
-                                                132, cluster_n)
+                                                132, cluster_n, cluster_m)
                 if config is None or config.num_splits != splits:
                     continue
                 run = lambda: sm90_bf16_gemm.run("sweep", a, b, d, problem, addresses, False, "",  # noqa: E731
@@ -90,7 +90,7 @@ def sweep_configs(m, n, k, a, b, d, ref):
                 check(run, d, ref)
                 t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
                 print(f"    sweep {m}x{n}x{k} {block_m}x{block_n} split {config.num_splits} "
-                      f"cluster {cluster_n}: {t:8.1f} us", flush=True)
+                      f"cluster {cluster_m}x{cluster_n}: {t:8.1f} us", flush=True)
                 if best is None or t < best[0]:
                     best = (t, config)
     print(f"    best {best[1]} {best[0]:.1f} us", flush=True)
@@ -131,13 +131,15 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
     cfg = plan.spec.config
     table.append((m, n, k, str(out_dtype).replace("torch.", ""),
                   f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else "")
-                  + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else ""),
+                  + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else "")
+                  + (f"cm{cfg.cluster_m}" if cfg.cluster_m > 1 else ""),
                   us, tflops(m, n, k, us), cublas_us, anchor_us))
     if sweep:
         best = sweep_configs(m, n, k, a, b, d, ref)
         tuned.append({"key": [m, n, k, d.element_size(), 1, 132],
                       "config": {"block_m": best[1].block_m, "block_n": best[1].block_n,
-                                 "num_splits": best[1].num_splits, "cluster_n": best[1].cluster_n},
+                                 "num_splits": best[1].num_splits, "cluster_n": best[1].cluster_n,
+                                 "cluster_m": best[1].cluster_m},
                       "us": round(best[0], 2), "heuristic_us": round(us, 2)})
     del a, b, d, ref, d_cublas
 

@@ -246,18 +246,20 @@ def test_bf16_gemm_two_shapes_captured_in_one_cuda_graph_are_both_correct():
 # Forced configs: the heuristics pick one config per shape, so these cover the kernel features
 # every config may use (TMA multicast clusters, split-K, narrow and wide tiles) on every layout.
 FORCED_CONFIGS = [
-    # (block_m, block_n, num_splits, cluster_n)
-    (128, 256, 1, 2), (128, 128, 1, 2), (64, 128, 1, 2), (64, 64, 1, 2),
-    (128, 64, 4, 2), (64, 64, 3, 2), (128, 144, 1, 1), (64, 48, 5, 1), (128, 16, 2, 1),
+    # (block_m, block_n, num_splits, cluster_m, cluster_n)
+    (128, 256, 1, 1, 2), (128, 128, 1, 1, 2), (64, 128, 1, 1, 2), (64, 64, 1, 1, 2),
+    (128, 64, 4, 1, 2), (64, 64, 3, 1, 2), (128, 144, 1, 1, 1), (64, 48, 5, 1, 1), (128, 16, 2, 1, 1),
+    # clusters along M sharing B: wide and odd-atom tiles, split-K, both block_m
+    (128, 256, 1, 2, 1), (128, 192, 1, 2, 1), (64, 128, 1, 2, 1), (128, 64, 3, 2, 1), (64, 80, 1, 2, 1),
 ]
 
 
 @pytest.mark.parametrize("alias", ALIASES)
 @pytest.mark.parametrize("out_dtype", (torch.bfloat16, torch.float32))
 @pytest.mark.parametrize("accumulate", (False, True))
-@pytest.mark.parametrize("block_m,block_n,num_splits,cluster_n", FORCED_CONFIGS)
+@pytest.mark.parametrize("block_m,block_n,num_splits,cluster_m,cluster_n", FORCED_CONFIGS)
 def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, block_m, block_n,
-                                                  num_splits, cluster_n):
+                                                  num_splits, cluster_m, cluster_n):
     from dg_triton import validation
     from dg_triton.heuristics.sm90 import make_config
     from dg_triton.kernels import sm90_bf16_gemm
@@ -265,7 +267,7 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
     b_k_major = alias[1] == "t"
     if not b_k_major and block_n % 64:
         pytest.skip("an MN-major B needs block_n to be a multiple of 64")
-    m, n, k = 200, 1024, 1000   # M and K tails; N a multiple of every block_n * cluster here
+    m, n, k = 200, 1024, 1000   # M and K tails (an even number of M blocks for cluster_m = 2)
     n = n if n % (block_n * cluster_n) == 0 else block_n * cluster_n * 4
     a, b = operands(alias, m, n, k)
     d = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
@@ -275,10 +277,11 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
         d.copy_(c)
     a_nt = a if alias[0] == "n" else a.T
     b_nt = b if alias[1] == "t" else b.T
-    config = make_config(m, n, block_m, block_n, num_splits, k, d.element_size(), 132, cluster_n)
+    config = make_config(m, n, block_m, block_n, num_splits, k, d.element_size(), 132, cluster_n,
+                         cluster_m)
     if config is None:
         pytest.skip(f"{block_m}x{block_n} does not fit 3 stages with {out_dtype} output")
-    assert config.cluster_n == cluster_n
+    assert (config.cluster_m, config.cluster_n) == (cluster_m, cluster_n)
     problem = validation.bf16_gemm("test", a_nt, b_nt, d, c)
     sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], accumulate, "", config)
     torch.cuda.synchronize()

@@ -219,24 +219,32 @@ def test_bf16_gemm_variant_compiles_without_spills_with_hgmma_and_tma(spec, chec
         _check_sass(compiled, spec.config.block_n, tma_store=not spec.split_k)
 
 
-# 2-CTA clusters sharing A by TMA multicast: each way load_a_tile splits A (K-major rows, one
-# MN-major atom of two, half the K rows of a single MN-major atom), plain and split-K.
+# 2-CTA clusters: along N sharing A by TMA multicast, each way load_a_tile splits A (K-major rows,
+# one MN-major atom of two, half the K rows of a single MN-major atom); along M sharing B, each way
+# load_b_tile splits B (K-major rows, half the K rows of every MN-major atom); plain and split-K.
 _CLUSTER_VARIANTS = [
-    (128, 256, 1, True, True, torch.bfloat16, False),
-    (128, 128, 1, False, True, torch.float32, True),
-    (64, 128, 1, False, False, torch.bfloat16, True),
-    (64, 64, 4, True, False, torch.float32, False),
-    (128, 64, 4, False, True, torch.bfloat16, True),
+    # (cluster_m, cluster_n, block_m, block_n, splits, a_k_major, b_k_major, out_dtype, accumulate)
+    (1, 2, 128, 256, 1, True, True, torch.bfloat16, False),
+    (1, 2, 128, 128, 1, False, True, torch.float32, True),
+    (1, 2, 64, 128, 1, False, False, torch.bfloat16, True),
+    (1, 2, 64, 64, 4, True, False, torch.float32, False),
+    (1, 2, 128, 64, 4, False, True, torch.bfloat16, True),
+    (2, 1, 128, 256, 1, True, True, torch.bfloat16, False),
+    (2, 1, 128, 192, 1, True, False, torch.bfloat16, True),
+    (2, 1, 64, 128, 3, False, True, torch.float32, False),
+    (2, 1, 128, 64, 1, False, False, torch.float32, True),
 ]
 
 
-@pytest.mark.parametrize("block_m,block_n,splits,a_k_major,b_k_major,out_dtype,accumulate",
-                         _CLUSTER_VARIANTS)
-def test_cluster_variants_compile_with_multicast_tma_loads(block_m, block_n, splits, a_k_major,
-                                                          b_k_major, out_dtype, accumulate):
+@pytest.mark.parametrize("cluster_m,cluster_n,block_m,block_n,splits,a_k_major,b_k_major,out_dtype,"
+                         "accumulate", _CLUSTER_VARIANTS)
+def test_cluster_variants_compile_with_multicast_tma_loads(cluster_m, cluster_n, block_m, block_n,
+                                                          splits, a_k_major, b_k_major, out_dtype,
+                                                          accumulate):
     config = heuristics.make_config(4096, 4096, block_m, block_n, splits, 7168,
-                                    _OUT_BYTES[out_dtype], _NUM_SMS, cluster_n=2)
-    assert config is not None and config.cluster_n == 2 and config.num_sms % 2 == 0
+                                    _OUT_BYTES[out_dtype], _NUM_SMS, cluster_n=cluster_n,
+                                    cluster_m=cluster_m)
+    assert config is not None and config.cluster_size == 2 and config.num_sms % 2 == 0
     spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, out_dtype, accumulate)
     compiled = sm90_bf16_gemm.compile_spec(spec)
     _check_ptxas_report(compiled)
@@ -246,9 +254,13 @@ def test_cluster_variants_compile_with_multicast_tma_loads(block_m, block_n, spl
         assert "MULTICAST" in sass, f"{compiled.name}: no multicast TMA load"
 
 
-def test_cluster_configs_need_an_even_number_of_n_blocks():
+def test_cluster_configs_need_an_even_number_of_blocks_along_the_cluster():
     assert heuristics.make_config(128, 64 * 33, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_n=2) is None
     assert heuristics.make_config(128, 64 * 34, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_n=2) is not None
+    assert heuristics.make_config(64 * 33, 128, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_m=2) is None
+    assert heuristics.make_config(64 * 34, 128, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_m=2) is not None
+    assert heuristics.make_config(256, 256, 64, 64, 1, 7168, 2, _NUM_SMS, cluster_n=2,
+                                  cluster_m=2) is None
 
 
 def test_bf16_gemm_with_compiled_dims_compiles_to_its_own_entry():

@@ -22,16 +22,20 @@ namespace dg::sm90 {
 
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kAKMajor_,
           bool kBKMajor_, typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_,
-          uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
+          uint32_t kClusterM_, uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_,
+          uint32_t kShapeK_>
 struct Bf16GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     static constexpr bool kAKMajor = kAKMajor_, kBKMajor = kBKMajor_, kAccumulate = kAccumulate_;
     // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (num_splits at run time).
     static constexpr bool kSplitK = kSplitK_;
     static constexpr uint32_t kGroupM = kGroupM_;
-    // CTAs per cluster along N (1 or 2). With 2, the pair shares every A tile: each CTA loads half
-    // of it and TMA multicasts the half to both, halving A's L2 -> SM traffic.
-    static constexpr uint32_t kClusterN = kClusterN_;
+    // CTAs per cluster along M or N (at most one of them 2). Along N the pair shares every A tile,
+    // along M every B tile: each CTA loads half of the shared tile and TMA multicasts the half to
+    // both, halving that operand's L2 -> SM traffic. cuBLAS's M=4096 kernels share the wide B
+    // tile this way (nvjet_..._256x128_..._1x2, probe_waves.py).
+    static constexpr uint32_t kClusterM = kClusterM_, kClusterN = kClusterN_;
+    static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
     // Problem dims baked in at compile time (compiled_dims); 0 = passed at run time.
     static constexpr uint32_t kShapeM = kShapeM_, kShapeN = kShapeN_, kShapeK = kShapeK_;
     using OutT = OutT_;
@@ -67,7 +71,7 @@ struct Bf16GemmTraits {
     static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kBKMajor || kBlockN % kAtom == 0, "an MN-major B needs whole 64-column atoms");
-    static_assert(kClusterN == 1 || kClusterN == 2, "clusters of 1 or 2 CTAs along N");
+    static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
 };
@@ -83,7 +87,8 @@ struct SplitKArguments {
 };
 
 template <class T>
-using Scheduler = PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterN>;
+using Scheduler =
+    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterM, T::kClusterN>;
 
 // Stage ring position: the stage index and the parity of the barrier phase it is in.
 struct PipelineState {
@@ -131,6 +136,35 @@ __device__ __forceinline__ void load_a_tile(uint8_t* a, const TmaDescriptor& tma
 }
 
 template <class T>
+__device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma_b, uint64_t* full,
+                                            uint32_t n0, uint32_t k0, uint32_t cluster_rank) {
+    constexpr uint32_t kAtoms = T::kBKMajor ? 1 : T::kBlockN / T::kAtom;
+    if constexpr (T::kClusterM == 1) {
+        if constexpr (T::kBKMajor) {
+            tma_load_2d(b, &tma_b, full, k0, n0);
+        } else {
+#pragma unroll
+            for (uint32_t i = 0; i < kAtoms; ++i)
+                tma_load_2d(b + i * T::kAtom * 128, &tma_b, full, n0 + i * T::kAtom, k0);
+        }
+    } else {
+        constexpr uint16_t kBothCtas = 0b11;
+        if constexpr (T::kBKMajor) {
+            constexpr uint32_t kHalfRows = T::kBlockN / 2;
+            tma_load_2d_multicast(b + cluster_rank * kHalfRows * 128, &tma_b, full, k0,
+                                  n0 + cluster_rank * kHalfRows, kBothCtas);
+        } else {
+            constexpr uint32_t kHalfK = T::kBlockK / 2;
+#pragma unroll
+            for (uint32_t i = 0; i < kAtoms; ++i)
+                tma_load_2d_multicast(b + i * T::kAtom * 128 + cluster_rank * kHalfK * 128, &tma_b,
+                                      full, n0 + i * T::kAtom, k0 + cluster_rank * kHalfK,
+                                      kBothCtas);
+        }
+    }
+}
+
+template <class T>
 __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                         Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
                                         uint8_t* tiles_a, uint8_t* tiles_b, uint32_t cluster_rank) {
@@ -145,15 +179,8 @@ __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDes
             const uint32_t k0 = kb * T::kBlockK;
             load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, tma_a, &full[pipe.stage],
                            unit.m_block * T::kBlockM, k0, cluster_rank);
-            uint8_t* b = tiles_b + pipe.stage * T::kTileBBytes;
-            if constexpr (T::kBKMajor) {
-                tma_load_2d(b, &tma_b, &full[pipe.stage], k0, unit.n_block * T::kBlockN);
-            } else {
-#pragma unroll
-                for (uint32_t i = 0; i < T::kBlockN / T::kAtom; ++i)
-                    tma_load_2d(b + i * T::kAtom * 128, &tma_b, &full[pipe.stage],
-                                unit.n_block * T::kBlockN + i * T::kAtom, k0);
-            }
+            load_b_tile<T>(tiles_b + pipe.stage * T::kTileBBytes, tma_b, &full[pipe.stage],
+                           unit.n_block * T::kBlockN, k0, cluster_rank);
             pipe.advance<T::kNumStages>();
         }
     }
@@ -165,7 +192,7 @@ __device__ __forceinline__ void release_stage(uint64_t* empty, uint32_t cluster_
     // One arrival per warp: wgmma.wait_group is warpgroup-collective, so every lane is done.
     if (lane_index() == 0) {
         mbarrier_arrive(empty);
-        if constexpr (T::kClusterN > 1)
+        if constexpr (T::kClusterSize > 1)
             mbarrier_arrive_cluster(empty, cluster_rank ^ 1);
     }
 }
@@ -264,8 +291,8 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
 #pragma unroll
         for (uint32_t s = 0; s < T::kNumStages; ++s) {
             mbarrier_init(&full[s], 1);
-            // One arrival per consumer warp of every CTA whose A half lands in this stage.
-            mbarrier_init(&empty[s], 4 * T::kNumMathWarpgroups * T::kClusterN);
+            // One arrival per consumer warp of every CTA whose shared half lands in this stage.
+            mbarrier_init(&empty[s], 4 * T::kNumMathWarpgroups * T::kClusterSize);
         }
 #pragma unroll
         for (uint32_t w = 0; w < T::kNumMathWarpgroups; ++w)
@@ -273,7 +300,7 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
         fence_mbarrier_init();
     }
     // Peers arrive on our barriers and multicast into our tiles: they must see them initialised.
-    if constexpr (T::kClusterN > 1)
+    if constexpr (T::kClusterSize > 1)
         cluster_sync();
     else
         __syncthreads();
@@ -283,7 +310,7 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
 
     const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
     const Scheduler<T> scheduler(m, n, num_k_blocks, num_splits);
-    const uint32_t cluster_rank = T::kClusterN > 1 ? cluster_cta_rank() : 0;
+    const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
 
     if (warpgroup == 0) {
         setmaxnreg_dec<T::kProducerRegisters>();
@@ -294,7 +321,7 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
                    last_flags, tma_d, split, m, n, num_splits, warpgroup - 1, cluster_rank);
     }
     // A CTA may not exit while its peer can still arrive on its barriers or multicast into it.
-    if constexpr (T::kClusterN > 1)
+    if constexpr (T::kClusterSize > 1)
         cluster_sync();
 }
 

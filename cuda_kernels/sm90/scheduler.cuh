@@ -2,11 +2,12 @@
 // tile, or with split-K one K-slice of one tile. Within a K-slice, consecutive units sweep a group
 // of kGroupM block-rows before moving along N, so the CTAs of one wave share A rows and B columns
 // in L2 instead of streaming the whole of B once per row of tiles. The slice index varies slowest,
-// so a wave works on one K range at a time. With clusters of kClusterN CTAs along N, a cluster takes
-// kClusterN adjacent tiles of one block-row at once (rank r gets n_block = kClusterN * g + r), so
-// its CTAs can share each A tile through TMA multicast; the host guarantees ceil(N / BN) is a
-// multiple of kClusterN and the grid a multiple of kClusterN, so every CTA of a cluster walks the
-// same sequence of K ranges. Grouped GEMMs reuse the mainloop and epilogue and replace only this.
+// so a wave works on one K range at a time. With clusters of 2 CTAs along M (or N), a cluster takes
+// 2 adjacent tiles of one block-column (block-row) at once: rank r gets m_block = 2 * g + r (n_block
+// = 2 * g + r), so its CTAs can share each B (A) tile through TMA multicast. The host guarantees
+// the block count along the cluster's axis and the grid are multiples of the cluster size, so
+// every CTA of a cluster walks the same sequence of K ranges. Grouped GEMMs reuse the mainloop and
+// epilogue and replace only this.
 #pragma once
 
 #include "../common/types.cuh"
@@ -20,10 +21,15 @@ struct WorkUnit {
     uint32_t k_block_begin, k_block_end;
 };
 
-template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM, uint32_t kClusterN>
+template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM, uint32_t kClusterM,
+          uint32_t kClusterN>
 struct PersistentTileScheduler {
+    static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
+    // The L2 group counts cluster-wide block-rows, so it spans kGroupM block-rows either way.
+    static constexpr uint32_t kGroupRows = kGroupM / kClusterM > 0 ? kGroupM / kClusterM : 1;
     uint32_t num_m_blocks, num_n_blocks, num_tiles;
-    uint32_t num_n_groups, num_group_tiles;  // tiles counted in cluster-wide groups along N
+    // Tiles counted in cluster-wide units: a cluster takes kClusterM x kClusterN tiles at once.
+    uint32_t num_m_groups, num_n_groups, num_group_tiles;
     uint32_t num_k_blocks, k_blocks_per_split, num_units;
     uint32_t next_unit, rank;
 
@@ -33,13 +39,14 @@ struct PersistentTileScheduler {
         : num_m_blocks((m + kBlockM - 1) / kBlockM),
           num_n_blocks((n + kBlockN - 1) / kBlockN),
           num_tiles(num_m_blocks * num_n_blocks),
+          num_m_groups(num_m_blocks / kClusterM),
           num_n_groups(num_n_blocks / kClusterN),
-          num_group_tiles(num_m_blocks * num_n_groups),
+          num_group_tiles(num_m_groups * num_n_groups),
           num_k_blocks(k_blocks),
           k_blocks_per_split((k_blocks + num_splits - 1) / num_splits),
           num_units(num_group_tiles * num_splits),
-          next_unit(blockIdx.x / kClusterN),
-          rank(blockIdx.x % kClusterN) {}
+          next_unit(blockIdx.x / kClusterSize),
+          rank(blockIdx.x % kClusterSize) {}
 
     // Returns false when this CTA has no work left.
     __device__ __forceinline__ bool next(WorkUnit& unit) {
@@ -47,17 +54,19 @@ struct PersistentTileScheduler {
             return false;
         unit.split = next_unit / num_group_tiles;
         const uint32_t tile_index = next_unit - unit.split * num_group_tiles;
-        const uint32_t tiles_per_group = kGroupM * num_n_groups;
+        const uint32_t tiles_per_group = kGroupRows * num_n_groups;
         const uint32_t group = tile_index / tiles_per_group;
-        const uint32_t first_m = group * kGroupM;
-        const uint32_t rows_in_group = min(num_m_blocks - first_m, kGroupM);
+        const uint32_t first_row = group * kGroupRows;
+        const uint32_t rows_in_group = min(num_m_groups - first_row, kGroupRows);
         const uint32_t in_group = tile_index - group * tiles_per_group;
-        unit.m_block = first_m + in_group % rows_in_group;
-        unit.n_block = (in_group / rows_in_group) * kClusterN + rank;
+        const uint32_t m_group = first_row + in_group % rows_in_group;
+        const uint32_t n_group = in_group / rows_in_group;
+        unit.m_block = kClusterM > 1 ? m_group * kClusterM + rank : m_group;
+        unit.n_block = kClusterN > 1 ? n_group * kClusterN + rank : n_group;
         unit.tile = unit.m_block * num_n_blocks + unit.n_block;
         unit.k_block_begin = unit.split * k_blocks_per_split;
         unit.k_block_end = min(unit.k_block_begin + k_blocks_per_split, num_k_blocks);
-        next_unit += gridDim.x / kClusterN;
+        next_unit += gridDim.x / kClusterSize;
         return true;
     }
 };

@@ -39,13 +39,18 @@ class Bf16GemmConfig:
     block_n: int
     num_stages: int
     group_m: int
-    num_sms: int          # persistent grid size (<= work units, a multiple of cluster_n)
+    num_sms: int          # persistent grid size (<= work units, a multiple of the cluster size)
     num_splits: int = 1   # K-slices per tile (split-K) when > 1
     cluster_n: int = 1    # CTAs per cluster along N sharing A by TMA multicast (1 or 2)
+    cluster_m: int = 1    # CTAs per cluster along M sharing B by TMA multicast (1 or 2)
 
     @property
     def num_threads(self) -> int:
         return 128 * (1 + self.block_m // 64)
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
 
 
 def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
@@ -121,18 +126,23 @@ def _valid_splits(k: int, num_splits: int) -> int:
 
 
 def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
-                out_bytes: int, num_sms: int, cluster_n: int = 1) -> Bf16GemmConfig | None:
-    """A runnable config, or None: too few stages fit, or the cluster does not divide the
-    N blocks (a cluster's CTAs take adjacent N tiles) or the SMs."""
+                out_bytes: int, num_sms: int, cluster_n: int = 1,
+                cluster_m: int = 1) -> Bf16GemmConfig | None:
+    """A runnable config, or None: too few stages fit, the cluster is not 1 or 2 CTAs along one
+    axis, or it does not divide the blocks along its axis (a cluster's CTAs take adjacent tiles)
+    or the SMs."""
     num_splits = _valid_splits(k, num_splits)
     stages = max_stages(block_m, block_n, out_bytes, num_splits > 1)
-    n_blocks = math.ceil(n / block_n)
-    if stages < 3 or n_blocks % cluster_n or num_sms < cluster_n:
+    m_blocks, n_blocks = math.ceil(m / block_m), math.ceil(n / block_n)
+    cluster = cluster_m * cluster_n
+    if (stages < 3 or cluster not in (1, 2) or m_blocks % cluster_m or n_blocks % cluster_n
+            or num_sms < cluster):
         return None
-    units = math.ceil(m / block_m) * n_blocks * num_splits
-    grid = min(num_sms // cluster_n * cluster_n, units)
+    units = m_blocks * n_blocks * num_splits
+    grid = min(num_sms // cluster * cluster, units)
     return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, group_m=8,
-                          num_sms=grid, num_splits=num_splits, cluster_n=cluster_n)
+                          num_sms=grid, num_splits=num_splits, cluster_n=cluster_n,
+                          cluster_m=cluster_m)
 
 
 @functools.cache
@@ -152,7 +162,7 @@ def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | Non
     if entry is None:
         return None
     return make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
-                       out_bytes, num_sms, entry.get("cluster_n", 1))
+                       out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
 
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,

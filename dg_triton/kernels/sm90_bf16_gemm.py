@@ -41,7 +41,8 @@ class Bf16GemmKernelSpec:
         out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
         return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
-                f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}")
+                f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
+                f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}")
 
     @property
     def split_k(self) -> bool:
@@ -55,7 +56,7 @@ class Bf16GemmKernelSpec:
 
 using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
-    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_n},
+    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_m}, {c.cluster_n},
     {self.shape_m}, {self.shape_n}, {self.shape_k}>;
 // The host asks for exactly this much shared memory (heuristics.sm90.bf16_gemm_shared_memory).
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
@@ -95,17 +96,19 @@ def _load_source(name: str, source: str, device_index: int) -> Kernel:
 
 
 def _operand_params(rows: int, k: int, strides: tuple[int, int], k_major: bool, block_rows: int,
-                    multicast: int = 1) -> tma.Tma2dParams:
+                    multicast: int = 1, split_atoms_by_k: bool = False) -> tma.Tma2dParams:
     """A logical [rows, K] BF16 operand. K-major: boxes of [block_rows][64 of K]. MN-major:
     boxes of [64 of K][64 of rows] (the kernel loads block_rows / 64 of them per stage).
-    Shared by a cluster of `multicast` CTAs, each loads a 1/multicast share (load_a_tile): fewer
-    rows (K-major), or for a single MN-major atom fewer K rows."""
+    Shared by a cluster of `multicast` CTAs, each loads a 1/multicast share (load_a_tile,
+    load_b_tile): fewer rows (K-major); MN-major, fewer K rows of each atom when
+    `split_atoms_by_k` (B) or when there is a single atom (A), else whole atoms (A)."""
     if k_major:
         inner, outer, stride = k, rows, strides[0]
         box_inner, box_outer = 64, block_rows // multicast
     else:
         inner, outer, stride = rows, k, strides[1]
-        box_inner, box_outer = 64, (64 // multicast if block_rows == 64 else 64)
+        by_k = split_atoms_by_k or block_rows == 64
+        box_inner, box_outer = 64, (64 // multicast if by_k else 64)
     row_bytes = stride * 2 if outer > 1 else -(-inner * 2 // 16) * 16
     return tma.Tma2dParams(2, inner, outer, row_bytes, box_inner, box_outer, tma.SWIZZLE_128B)
 
@@ -154,7 +157,7 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     kernel = _load(spec, device_index)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
-                        cluster=config.cluster_n, pdl=settings._pdl)
+                        cluster=config.cluster_size, pdl=settings._pdl)
     split_args = (1, 0, 0)
     if spec.split_k:
         tiles = -(-m // config.block_m) * -(-n // config.block_n)
@@ -166,7 +169,8 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m,
                                                      config.cluster_n)),
-                 tma.DescriptorCache(_operand_params(n, k, b.stride(), b_k_major, config.block_n)),
+                 tma.DescriptorCache(_operand_params(n, k, b.stride(), b_k_major, config.block_n,
+                                                     config.cluster_m, split_atoms_by_k=True)),
                  tma.DescriptorCache(_output_params(m, n, d.stride(0), element, config.block_n)),
                  (m, n, k, *split_args, d.stride(0)))
 
