@@ -1,16 +1,20 @@
 """dg_triton: DeepGEMM-compatible tensor-core kernels (Triton front, JIT-compiled CUDA back).
 
 Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
-Built so far: the SM90 BF16 dense GEMMs. There is no SM100 kernel yet; non-SM90 devices get a
-NotImplementedError naming the function and the architecture.
+Built so far: the SM90 BF16 dense GEMMs, and the Triton prologue kernels (FP8/FP4 casts,
+scale-factor layouts, fused SwiGLU + FP8 quant, MoE token layouts) that run on any CUDA GPU and
+fall back to plain torch on other devices. There is no SM100 GEMM kernel yet; GEMMs on non-SM90
+devices get a NotImplementedError naming the function and the architecture.
 """
 __version__ = "2.6.1"
 
 from dg_triton import testing, utils
 from dg_triton.errors import DGArgumentError
 from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
+from dg_triton.moe_layout import moe_permute_contiguous, moe_permute_masked, moe_unpermute_combine
 from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,
                                 get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util,
                                 set_block_size_multiple_of, set_ignore_compile_dims, set_num_sms,
                                 set_pdl, set_tc_util, use_deterministic_algorithms)
+from dg_triton.activation import swiglu, swiglu_per_token_cast_to_fp8
 from dg_triton.utils import *  # noqa: F401,F403  (ceil_div, align, layout helpers: API.md 3)

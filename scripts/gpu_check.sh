@@ -25,12 +25,24 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noh
 python3 -m dg_triton 2>&1 | tee "$LOGS/main.txt" | tail -5
 status=0
 if [ "$tests" = 1 ]; then
-    # -n 8: the tests compile many kernel variants; compiling is CPU work that parallelizes.
-    python3 -m pytest -q -m gpu tests -p no:cacheprovider -n 8 --maxfail=20 2>&1 | tee "$LOGS/gpu_tests.txt" | tail -15
-    status=${PIPESTATUS[0]}
+    # One pytest process per file, failures listed (-rf): a file that fails or runs out of GPU
+    # memory cannot hide another's result. -n 8 for the GEMM tests, which compile many kernel
+    # variants (CPU work that parallelizes); -n 4 for the memory-heavy prologue tests (8 workers'
+    # caching allocators at once can exhaust the GPU's memory).
+    : > "$LOGS/gpu_tests.txt"
+    for file in $(grep -l "mark.gpu" tests/test_*.py); do
+        workers=4
+        case "$file" in *gemm*) workers=8 ;; esac
+        echo "== $file" | tee -a "$LOGS/gpu_tests.txt"
+        python3 -m pytest -q -m gpu "$file" -p no:cacheprovider -n "$workers" -rf --tb=short \
+            -W ignore::DeprecationWarning 2>&1 | tee -a "$LOGS/gpu_tests.txt" | tail -8
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    done
 fi
 if [ "$bench" = 1 ]; then
     python3 benchmarks/profile_host.py 2>&1 | tee "$LOGS/host_profile.txt" | tail -20
+    python3 benchmarks/bench_prologue.py 2>&1 | tee "$LOGS/bench_prologue.txt" | tail -30
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
     python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep 2>&1 | tee "$LOGS/bench.txt" | tail -45
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -43,6 +43,10 @@ def test_ceil_to_ue8m0_and_pack_round_trip():
     assert packed.shape == (2, 1) and packed.dtype == torch.int32
     assert packed[0, 0].item() == 127 | (128 << 8) | (126 << 16) | (107 << 24)
     assert torch.equal(dg_triton.unpack_ue8m0_from_int(packed), exponents)
+    # A TMA-aligned packed SF ([m, 1] with strides (1, align(m, 4))) unpacks the same.
+    aligned = torch.empty_strided((2, 1), (1, 4), dtype=torch.int32)
+    aligned.copy_(packed)
+    assert torch.equal(dg_triton.unpack_ue8m0_from_int(aligned), exponents)
 
 
 def test_per_block_and_per_channel_scales_cover_their_tiles():

@@ -143,9 +143,151 @@ def test_helpers_reject_wrong_dims_and_dtypes(function):
         function(torch.ones(4, 4, dtype=torch.bfloat16))
 
 
-def test_packed_psum_layout_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="psum_layout"):
-        layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(torch.ones(4, 4), torch.zeros(1, dtype=torch.int32))
+# --- psum layout (API.md 2.5) ---------------------------------------------------------------------
+
+
+def int32(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def test_psum_row_mask_keeps_rows_from_aligned_previous_end_to_own_end():
+    # mk 4: expert 0 rows [0, 3); expert 1 [4, 4) empty; expert 2 [4, 6); expert 3 [8, 9); rows 9.. unowned.
+    mask = ref.psum_row_mask(int32([3, 4, 6, 9]), 12, 4)
+    assert mask.tolist() == [True, True, True, False, True, True, False, False, True, False, False, False]
+    # An empty expert written as a repeated unaligned end, and a last end past MN.
+    assert ref.psum_row_mask(int32([2, 2, 7]), 6, 4).tolist() == [True, True, False, False, True, True]
+    assert not ref.psum_row_mask(int32([0]), 5, 128).any()
+
+
+def test_packed_with_psum_writes_zero_for_gap_rows_whatever_they_hold(monkeypatch):
+    monkeypatch.setattr(layout, "_mk_alignment", 16)
+    psum = int32([5, 21, 40])  # experts [0, 5), [16, 21), [32, 40)
+    sf = powers_of_two(41, 7)
+    gap = ~ref.psum_row_mask(psum, 41, 16)
+    sf[gap] = float("nan")
+    out = layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum)
+    plain = ref.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+    assert out.shape == (41, 2) and out.stride() == (1, 44)
+    assert out[gap].eq(0).all() and torch.equal(out[~gap], plain[~gap])
+    assert torch.equal(storage_of(out, 44 * 2).view(2, 44)[:, 41:], torch.zeros(2, 3, dtype=torch.int32))
+
+
+def test_packed_with_psum_reads_the_mk_alignment_at_call_time(monkeypatch):
+    sf, psum = powers_of_two(64, 4), int32([10, 50])
+    monkeypatch.setattr(layout, "_mk_alignment", 16)
+    out_16 = layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum)
+    monkeypatch.setattr(layout, "_mk_alignment", 32)
+    out_32 = layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout=psum)
+    assert out_16[16:32].ne(0).all() and out_32[16:32].eq(0).all()
+    assert torch.equal(out_16[32:50], out_32[32:50]) and out_32[50:].eq(0).all()
+
+
+@pytest.mark.parametrize("sf, psum, argument", [
+    (torch.ones(8, 4), torch.tensor([8]), "psum_layout.dtype"),
+    (torch.ones(8, 4), int32([4, 0, 8])[::2], "psum_layout must be contiguous"),
+    (torch.ones(8, 4), int32([]), "psum_layout.numel()"),
+    (torch.ones(8, 4), [8], "psum_layout must be None or a torch.Tensor"),
+    (torch.ones(2, 8, 4), int32([8]), "sf must be 2-D and contiguous when psum_layout"),
+    (column_major(torch.ones(8, 4)), int32([8]), "sf must be 2-D and contiguous when psum_layout"),
+])
+def test_packed_psum_layout_rejections_name_the_argument(sf, psum, argument):
+    with pytest.raises(DGArgumentError, match=r"^get_mn_major_tma_aligned_packed_ue8m0_tensor: "
+                       + argument.replace("(", r"\(").replace(")", r"\)")):
+        layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum)
+
+
+# --- k-grouped packing (API.md 2.5) -------------------------------------------------------------
+
+K_GROUPED = layout.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor
+
+
+def exponent_rows(*exponents_per_row, mn=4) -> torch.Tensor:
+    """fp32 [len, mn]: row i is 2^(e_i - 127) in every column (biased exponent e_i)."""
+    return torch.stack([torch.full((mn,), 2.0 ** (e - 127)) for e in exponents_per_row])
+
+
+def words(*byte_lists) -> list[int]:
+    return [sum(byte << (8 * j) for j, byte in enumerate(bytes_)) - (1 << 32 if len(bytes_) == 4 and bytes_[3] >= 128
+                                                                      else 0) for bytes_ in byte_lists]
+
+
+def test_k_grouped_packs_each_group_on_its_own_and_concatenates():
+    # gran_k 32: group sizes 160 (5 SF rows), 0, 64 (2 rows) -> packed 2 + 0 + 1 rows.
+    sf = exponent_rows(101, 102, 103, 104, 105, 201, 202)
+    out = ref.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, int32([160, 0, 64]), [160, 0, 64], 32, 128)
+    assert out.shape == (3, 4) and out.dtype == torch.int32
+    assert out[:, 0].tolist() == words((101, 102, 103, 104), (105, 0, 0, 0), (201, 202, 0, 0))
+    assert out.eq(out[:, :1]).all()
+
+
+def test_k_grouped_psum_groups_start_at_aligned_previous_end():
+    # k_alignment 128, gran_k 128: ends 200, 200, 600 -> sizes 200, 0 (starts at 256 > 200), 344.
+    assert ref.k_grouped_sizes(int32([200, 200, 600]), 128, True) == [200, 0, 344]
+    sf = exponent_rows(1, 2, 3, 4, 5)  # 2 rows for group 0, 3 rows for group 2
+    out = ref.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, int32([200, 200, 600]), None, 128, 128, True)
+    # Without ks_cpu, PK is the bound (5 + 3 * 3) // 4 = 3; the third row is past the content: 0.
+    assert out[:, 0].tolist() == words((1, 2, 0, 0), (3, 4, 5, 0)) + [0]
+
+
+def test_k_grouped_psum_with_ks_cpu_sizes_from_the_list_and_packs_from_the_layout():
+    # ks_cpu = align(k_g, 256) = [256, 256]: PK = 2 * ceil(256 / 128) = 4 with gran_k 32; the device
+    # sizes 32 and 100 (start 256) give one packed row each, at rows 0 and 1; rows 2, 3 are 0.
+    sf = exponent_rows(7, 8, 9, 10, 11)
+    out = ref.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, int32([32, 356]), [256, 256], 32, 256, True)
+    assert out[:, 0].tolist() == words((7, 0, 0, 0), (8, 9, 10, 11)) + [0, 0]
+
+
+def test_k_grouped_public_helper_on_cpu_equals_the_definition():
+    for use_psum_layout, ks_cpu in ((False, [256, 0, 640, 128]), (True, [256, 0, 640, 128]), (True, None), (True, [])):
+        layout_values = [256, 0, 640, 128] if not use_psum_layout else [256, 256, 896, 1024]
+        sf_k = sum(-(-k // 32) for k in [256, 0, 640, 128])
+        sf = powers_of_two(sf_k, 12)
+        out = K_GROUPED(sf, int32(layout_values), ks_cpu, 32, 128, use_psum_layout)
+        expected = ref.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(
+            sf, int32(layout_values), ks_cpu, 32, 128, use_psum_layout)
+        assert torch.equal(out, expected) and out.is_contiguous()
+        assert out.shape == ((2 + 0 + 5 + 1) if ks_cpu else (sf_k + 3 * 4) // 4, 12)
+
+
+def test_k_grouped_with_no_packed_rows_is_empty():
+    out = K_GROUPED(torch.ones(0, 8), int32([0, 0]), [0, 0], 128, 128)
+    assert out.shape == (0, 8) and out.dtype == torch.int32
+    assert K_GROUPED(torch.ones(0, 8), int32([0]), None, 32, 32, True).shape == (0, 8)
+
+
+@pytest.mark.parametrize("args, kwargs, argument", [
+    ((torch.ones(4, 8, 1), int32([128]), [128], 32, 128), {}, "sf must be 2-D"),
+    ((torch.ones(4, 8, dtype=torch.float64), int32([128]), [128], 32, 128), {}, "sf.dtype"),
+    ((column_major(torch.ones(4, 8)), int32([128]), [128], 32, 128), {}, "sf must be contiguous"),
+    ((torch.ones(4, 8), [128], [128], 32, 128), {}, "grouped_layout must be a torch.Tensor"),
+    ((torch.ones(4, 8), torch.tensor([128]), [128], 32, 128), {}, "grouped_layout.dtype"),
+    ((torch.ones(4, 8), int32([128, 0, 0, 0])[::2], [128, 0], 32, 128), {}, "grouped_layout must be contiguous"),
+    ((torch.ones(4, 8), int32([128]), [128], 64, 128), {}, "gran_k"),
+    ((torch.ones(4, 8), int32([128]), [128], 32.0, 128), {}, "gran_k"),
+    ((torch.ones(4, 8), int32([128]), [128], 32, 48), {}, "k_alignment"),
+    ((torch.ones(4, 8), int32([128]), [128], 32, 0), {}, "k_alignment"),
+    ((torch.ones(4, 8), int32([]), [], 32, 128), {"use_psum_layout": True}, "grouped_layout.numel()"),
+    ((torch.ones(4, 8), int32([1] * 129), None, 32, 128), {"use_psum_layout": True}, "grouped_layout.numel()"),
+    ((torch.ones(4, 6), int32([128]), [128], 32, 128), {}, "sf.size(1)"),
+    ((torch.ones(4, 8), int32([128]), [128, 0], 32, 128), {}, "len(ks_cpu)"),
+    ((torch.ones(4, 8), int32([128]), [160], 32, 128), {}, "sum(ceil(ks_cpu[g] / gran_k))"),
+    ((torch.ones(4, 8), int32([128]), None, 32, 128), {}, "ks_cpu must be a non-empty list"),
+    ((torch.ones(4, 8), int32([128]), [], 32, 128), {}, "ks_cpu must be a non-empty list"),
+    ((torch.ones(4, 8), int32([128]), [-128], 32, 128), {}, "ks_cpu[0]"),
+    ((torch.ones(4, 8), int32([128]), int32([128]), 32, 128), {}, "ks_cpu must be None or a list"),
+    ((torch.ones(4, 8), int32([128]), [128], 32, 128), {"use_psum_layout": 2}, "use_psum_layout"),
+])
+def test_k_grouped_rejections_name_function_argument_expected_and_actual(args, kwargs, argument):
+    escaped = argument.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(DGArgumentError, match=r"^get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor: "
+                       + escaped + ".*, got "):
+        K_GROUPED(*args, **kwargs)
+
+
+def test_k_grouped_psum_skips_the_sfk_consistency_check_of_ks_cpu():
+    # With the psum layout ks_cpu holds align(k_g, k_alignment), which need not match SFK.
+    out = K_GROUPED(powers_of_two(1, 4), int32([32]), [128], 32, 128, True)
+    assert out.shape == (1, 4) and out.ne(0).all()
 
 
 # --- transform_sf_into_required_layout (API.md 2.4) ---------------------------------------------
@@ -247,7 +389,45 @@ def test_transform_rejections_name_function_argument_expected_and_actual(arch, a
         layout.transform_sf_into_required_layout(*args, **kwargs)
 
 
-def test_transform_psum_layout_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="psum_layout"):
-        layout.transform_sf_into_required_layout(torch.ones(127, 3), 127, 384, (1, 128),
-                                                 psum_layout=torch.zeros(1, dtype=torch.int32))
+def test_transform_on_sm100_passes_psum_layout_to_the_packing(arch, monkeypatch):
+    arch(10)
+    monkeypatch.setattr(layout, "_mk_alignment", 32)
+    psum = int32([20, 100])
+    sf = powers_of_two(127, 57)
+    out = layout.transform_sf_into_required_layout(sf, 127, 7296, (1, 1, 128), is_sfa=True, psum_layout=psum)
+    assert torch.equal(out, ref.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum, 32))
+    assert out[20:32].eq(0).all() and out[100:].eq(0).all() and out[:20].ne(0).all()
+
+
+def test_transform_on_sm100_selects_psum_rows_after_the_row_broadcast(arch, monkeypatch):
+    arch(10)
+    monkeypatch.setattr(layout, "_mk_alignment", 64)
+    psum = int32([30, 130, 200])
+    sf = powers_of_two(2, 57)
+    out = layout.transform_sf_into_required_layout(column_major(sf), 200, 7296, (128, 128), psum_layout=psum)
+    expected = ref.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf[torch.arange(200) // 128], psum, 64)
+    assert out.shape == (200, 15) and torch.equal(out, expected)
+
+
+def test_transform_with_psum_layout_rejects_grouped_sf_on_sm100(arch):
+    arch(10)
+    with pytest.raises(DGArgumentError, match="transform_sf_into_required_layout: sf must be 2-D and contiguous"):
+        layout.transform_sf_into_required_layout(powers_of_two(2, 1, 57), 127, 7296, (128, 128), 2,
+                                                 psum_layout=int32([127]))
+
+
+def test_transform_ignores_psum_layout_where_nothing_is_packed(arch):
+    # As in DeepGEMM: only the SM100 fp32 packing row uses psum_layout.
+    arch(9)
+    sf = torch.randn(127, 57)
+    out = layout.transform_sf_into_required_layout(sf, 127, 7296, (1, 128), psum_layout=int32([10]))
+    assert torch.equal(bits(out), bits(sf))
+
+
+def test_group_layouts_on_another_device_than_sf_are_rejected():
+    # meta tensors stand in for a second device: the check runs before any data is touched.
+    with pytest.raises(DGArgumentError, match=r"psum_layout.device must be sf's device cpu, got meta"):
+        layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(torch.ones(8, 4), torch.ones(1, dtype=torch.int32,
+                                                                                          device="meta"))
+    with pytest.raises(DGArgumentError, match=r"grouped_layout.device must be sf's device cpu, got meta"):
+        K_GROUPED(torch.ones(4, 8), torch.ones(1, dtype=torch.int32, device="meta"), [128], 32, 128)

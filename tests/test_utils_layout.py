@@ -1,9 +1,10 @@
 """utils.math and utils.layout helpers (API.md 2.3, 2.5, 3.13, 3.15)."""
+import inspect
 import random
 
 import pytest
 
-import dg_triton.utils as utils
+from dg_triton import utils
 from dg_triton.errors import DGArgumentError
 from dg_triton.utils import layout
 
@@ -84,7 +85,7 @@ def test_theoretical_mk_alignment_on_sm100_matches_documented_examples(monkeypat
 
 def test_theoretical_mk_alignment_on_sm100_is_the_smallest_covering_step(monkeypatch):
     monkeypatch.setattr(layout, "current_arch_major", lambda: 10)
-    for expected_m in range(0, 400):
+    for expected_m in range(400):
         block = utils.get_theoretical_mk_alignment_for_contiguous_layout(expected_m)
         assert block in (32, 64, 96, 128, 160, 192, 224)
         assert block >= expected_m or block == 224
@@ -101,3 +102,24 @@ def test_utils_reexports_every_name_of_math_and_layout():
     for module in (utils.math, utils.layout):
         for name in module.__all__:
             assert getattr(utils, name) is getattr(module, name)
+
+
+def test_sf_layout_helpers_have_deepgemm_signatures():
+    def parameters(function):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    empty, positional, keyword = inspect.Parameter.empty, inspect.Parameter.POSITIONAL_ONLY, \
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert parameters(utils.get_mn_major_tma_aligned_tensor) == [("sf", positional, empty)]
+    assert parameters(utils.get_mn_major_tma_aligned_packed_ue8m0_tensor) == [
+        ("sf", keyword, empty), ("psum_layout", keyword, None)]
+    assert parameters(utils.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor) == [
+        ("sf", keyword, empty), ("grouped_layout", keyword, empty), ("ks_cpu", keyword, empty),
+        ("gran_k", keyword, empty), ("k_alignment", keyword, empty), ("use_psum_layout", keyword, False)]
+    assert parameters(utils.transform_sf_into_required_layout)[-1] == ("psum_layout", keyword, None)
+
+
+def test_sf_layout_helpers_are_exported_at_the_top_level():
+    import dg_triton
+    for name in ("get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
+                 "transform_sf_into_required_layout"):
+        assert getattr(dg_triton, name) is getattr(layout, name)

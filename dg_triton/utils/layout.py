@@ -7,6 +7,8 @@ The scale-factor layout helpers (API.md 2.3-2.5) run the Triton kernels of
 ``dg_triton.triton.sf_layout`` on CUDA tensors and the plain-torch definitions of
 ``dg_triton.reference_sf_layout`` on any other device (DeepGEMM's helpers work on any device).
 Padding rows ``MN..align(MN, 4)-1`` of their outputs, unspecified by API.md 2.3, are written as 0.
+Group boundaries given as device tensors (``psum_layout``, ``grouped_layout``) are read by the
+kernels on the device, never on the host, so these helpers can be captured in a CUDA graph.
 """
 import torch
 
@@ -16,14 +18,15 @@ from ..settings import bool_argument, current_arch_major, int_argument
 from .math import align, ceil_div
 
 __all__ = [
+    "get_k_alignment_for_contiguous_layout",
+    "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "get_m_alignment_for_contiguous_layout",
+    "get_mk_alignment_for_contiguous_layout",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "get_mn_major_tma_aligned_tensor",
+    "get_theoretical_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "set_mk_alignment_for_contiguous_layout",
-    "get_mk_alignment_for_contiguous_layout",
-    "get_m_alignment_for_contiguous_layout",
-    "get_k_alignment_for_contiguous_layout",
-    "get_theoretical_mk_alignment_for_contiguous_layout",
-    "get_mn_major_tma_aligned_tensor",
-    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
     "transform_sf_into_required_layout",
 ]
 
@@ -119,24 +122,139 @@ def get_mn_major_tma_aligned_tensor(sf, /):
     return reference_sf_layout.get_mn_major_tma_aligned_tensor(sf)
 
 
+def _check_psum_layout(function: str, psum_layout, sf, packed_input_contiguous: bool) -> None:
+    """API.md 2.5: int32 [G] contiguous (G >= 1), on sf's device, and only with a 2-D contiguous
+    packing input (the m-grouped SFA of all tokens)."""
+    if not isinstance(psum_layout, torch.Tensor):
+        raise reject(function, "psum_layout", "None or a torch.Tensor", type(psum_layout).__name__)
+    if psum_layout.dtype != torch.int32:
+        raise reject(function, "psum_layout.dtype", "torch.int32", psum_layout.dtype)
+    if not psum_layout.is_contiguous():
+        raise reject(function, "psum_layout", "contiguous", f"strides {psum_layout.stride()}")
+    if psum_layout.numel() == 0:
+        raise reject(function, "psum_layout.numel()", "positive (one end row per group)", 0)
+    if psum_layout.device != sf.device:
+        raise reject(function, "psum_layout.device", f"sf's device {sf.device}", psum_layout.device)
+    if sf.dim() != 2 or not packed_input_contiguous:
+        raise reject(function, "sf", "2-D and contiguous when psum_layout is given",
+                     f"{sf.dim()}-D shape {tuple(sf.shape)}, strides {sf.stride()}")
+
+
+def _packed_ue8m0(sf, mn: int | None, gran_mn: int, psum_layout):
+    """The packing of API.md 2.2 / 2.5 after validation: the Triton kernel on CUDA, else the
+    reference (rows broadcast by ``gran_mn`` as ``index_select`` would)."""
+    mk_alignment = get_mk_alignment_for_contiguous_layout()
+    if sf.is_cuda:
+        return _sf_kernels().mn_major_tma_aligned_packed_ue8m0(sf, mn=mn, gran_mn=gran_mn, psum_layout=psum_layout,
+                                                               mk_alignment=mk_alignment)
+    if gran_mn != 1:
+        sf = reference_sf_layout.broadcast_sf_rows(sf, mn, gran_mn)
+    return reference_sf_layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout, mk_alignment)
+
+
 def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout=None):
     """fp32 ``[.., MN, SK]`` non-negative powers of two -> int32 ``[.., MN, ceil(SK/4)]`` packed
     UE8M0 (API.md 2.2) in the TMA-aligned MN-major layout. Padding rows are 0.
 
+    ``psum_layout`` (int32 ``[G]`` contiguous, ``G >= 1``, 2-D contiguous ``sf`` only): the end rows
+    of the m-grouped experts; rows outside every ``[align(psum[g-1], mk), psum[g])`` (``mk`` =
+    ``get_mk_alignment_for_contiguous_layout()`` now) are not read and are written as 0. psum must
+    be non-decreasing (it is a prefix sum); the kernel binary-searches it on the device.
+
     Values are not checked on the host (that would synchronize); a value that is not a power of two
     contributes its exponent byte, where DeepGEMM device-asserts."""
     function = "get_mn_major_tma_aligned_packed_ue8m0_tensor"
-    if psum_layout is not None:
-        raise NotImplementedError(f"{function}: psum_layout is not implemented yet (API.md 2.5)")
     _check_sf_tensor(function, sf, (torch.float32,))
+    if psum_layout is not None:
+        _check_psum_layout(function, psum_layout, sf, sf.is_contiguous())
     mn = sf.size(-2)
     # DeepGEMM's fast path takes a non-contiguous 2-D input with MN % 4 == 0 only when exactly
     # MN-major and rejects any other; kept so code that runs here runs there (API.md 2.5).
     if sf.dim() == 2 and mn % 4 == 0 and not sf.is_contiguous() and sf.stride() != (1, mn):
         raise reject(function, "sf.stride()", f"contiguous or exactly MN-major (1, {mn})", sf.stride())
+    return _packed_ue8m0(sf, None, 1, psum_layout)
+
+
+_K_GROUPED_MAX_GROUPS = 128
+
+
+def _check_ks_cpu(function: str, ks_cpu) -> list[int]:
+    if ks_cpu is None:
+        return []
+    if isinstance(ks_cpu, torch.Tensor) or not isinstance(ks_cpu, (list, tuple)):
+        raise reject(function, "ks_cpu", "None or a list of ints (host-side K sizes)", type(ks_cpu).__name__)
+    ks = [int_argument(function, f"ks_cpu[{i}]", k) for i, k in enumerate(ks_cpu)]
+    for i, k in enumerate(ks):
+        if k < 0:
+            raise reject(function, f"ks_cpu[{i}]", "non-negative", k)
+    return ks
+
+
+def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, grouped_layout, ks_cpu, gran_k, k_alignment,
+                                                           use_psum_layout=False):
+    """k-grouped per-channel SFs (wgrad, API.md 2.5, 3.6): fp32 ``[SFK, MN]`` contiguous, group g
+    contributing ``ceil(k_g / gran_k)`` rows back to back -> int32 ``[PK, MN]`` contiguous, each
+    group packed on its own (four of its SF rows per int32, its last word zero-padded), groups
+    concatenated.
+
+    ``grouped_layout`` (int32 ``[G]`` contiguous, on sf's device) gives the group sizes ``k_g``, or
+    with ``use_psum_layout`` the end offsets in K (group g starts at ``align(end_{g-1},
+    k_alignment)``); it is read on the device, so which rows are packed where never needs a sync.
+    ``ks_cpu`` (host list) only sizes the output: ``PK = sum ceil(ks_cpu[g] / (4 gran_k))``
+    (non-psum: it must describe exactly SFK rows). Without ``ks_cpu`` (psum only) PK is the bound
+    ``(SFK + 3G) // 4``: rows past the groups' real content are written as 0, so the whole output
+    is deterministic. ``PK == 0`` gives an empty ``[0, MN]``. A malformed layout (negative sizes,
+    decreasing ends) counts those groups as empty; SF rows past SFK read as 0 and rows past PK are
+    dropped, never read or written out of bounds."""
+    function = "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor"
+    if not isinstance(sf, torch.Tensor):
+        raise reject(function, "sf", "a torch.Tensor", type(sf).__name__)
+    if sf.dim() != 2:
+        raise reject(function, "sf", "2-D [SFK, MN]", f"{sf.dim()}-D shape {tuple(sf.shape)}")
+    if sf.dtype != torch.float32:
+        raise reject(function, "sf.dtype", "torch.float32", sf.dtype)
+    if not sf.is_contiguous():
+        raise reject(function, "sf", "contiguous", f"strides {sf.stride()}")
+    if not isinstance(grouped_layout, torch.Tensor):
+        raise reject(function, "grouped_layout", "a torch.Tensor", type(grouped_layout).__name__)
+    if grouped_layout.dtype != torch.int32:
+        raise reject(function, "grouped_layout.dtype", "torch.int32", grouped_layout.dtype)
+    if not grouped_layout.is_contiguous():
+        raise reject(function, "grouped_layout", "contiguous", f"strides {grouped_layout.stride()}")
+    if grouped_layout.device != sf.device:
+        raise reject(function, "grouped_layout.device", f"sf's device {sf.device}", grouped_layout.device)
+    gran_k = int_argument(function, "gran_k", gran_k)
+    if gran_k not in (32, 128):
+        raise reject(function, "gran_k", "32 or 128", gran_k)
+    k_alignment = int_argument(function, "k_alignment", k_alignment)
+    if k_alignment <= 0 or k_alignment % 32 != 0:
+        raise reject(function, "k_alignment", "a positive multiple of 32", k_alignment)
+    use_psum_layout = bool_argument(function, "use_psum_layout", use_psum_layout)
+    num_groups = grouped_layout.numel()
+    if not 1 <= num_groups <= _K_GROUPED_MAX_GROUPS:
+        raise reject(function, "grouped_layout.numel()", f"between 1 and {_K_GROUPED_MAX_GROUPS} (the group count)",
+                     num_groups)
+    sf_k, mn = sf.shape
+    if mn % 4 != 0:
+        raise reject(function, "sf.size(1)", "a multiple of 4 (MN)", mn)
+    ks = _check_ks_cpu(function, ks_cpu)
+    if ks:
+        if len(ks) != num_groups:
+            raise reject(function, "len(ks_cpu)", f"the group count grouped_layout.numel() = {num_groups}", len(ks))
+        if not use_psum_layout and sum(ceil_div(k, gran_k) for k in ks) != sf_k:
+            raise reject(function, "sum(ceil(ks_cpu[g] / gran_k))", f"sf.size(0) = {sf_k}",
+                         sum(ceil_div(k, gran_k) for k in ks))
+    elif not use_psum_layout:
+        raise reject(function, "ks_cpu", "a non-empty list when use_psum_layout is False", repr(ks_cpu))
+
+    packed_sf_k = reference_sf_layout.k_grouped_packed_sf_k(ks, sf_k, num_groups, gran_k)
+    if packed_sf_k == 0:
+        return torch.empty(0, mn, dtype=torch.int32, device=sf.device)
     if sf.is_cuda:
-        return _sf_kernels().mn_major_tma_aligned_packed_ue8m0(sf)
-    return reference_sf_layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+        return _sf_kernels().k_grouped_packed_ue8m0(sf, grouped_layout, packed_sf_k, gran_k, k_alignment,
+                                                    use_psum_layout)
+    return reference_sf_layout.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(
+        sf, grouped_layout, ks, gran_k, k_alignment, use_psum_layout)
 
 
 def _recipe_granularity(function: str, recipe, is_sfa) -> tuple[int, int]:
@@ -174,10 +292,12 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
     """``sf`` in the layout the GEMMs of the current arch read (API.md 2.4 decision table).
 
     The arch is ``current_arch_major()``; without a GPU (None) and on any arch but SM100 the SM90
-    rows apply."""
+    rows apply. ``psum_layout`` is used (and checked) only by the SM100 fp32 packing row, as in
+    DeepGEMM; there, rows outside every psum group are written as packed 0 (see
+    ``get_mn_major_tma_aligned_packed_ue8m0_tensor``). With ``gran_mn != 1`` the psum groups index
+    the broadcast rows (0..mn-1), and ``sf`` may have any strides, since the definition's
+    ``index_select`` makes the packed input contiguous."""
     function = "transform_sf_into_required_layout"
-    if psum_layout is not None:
-        raise NotImplementedError(f"{function}: psum_layout is not implemented yet (API.md 2.4)")
     _check_sf_tensor(function, sf, (torch.float32, torch.int32))
     mn = int_argument(function, "mn", mn)
     k = int_argument(function, "k", k)
@@ -212,11 +332,12 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
             return sf
         if is_sm100 and not disable_ue8m0_cast and gran_k in (32, 128):
             if gran_mn == 1:
-                return get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
-            if sf.is_cuda:
-                # The row broadcast of the definition is fused into the packing kernel.
-                return _sf_kernels().mn_major_tma_aligned_packed_ue8m0(sf, mn=mn, gran_mn=gran_mn)
-            return get_mn_major_tma_aligned_packed_ue8m0_tensor(reference_sf_layout.broadcast_sf_rows(sf, mn, gran_mn))
+                return get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout)
+            if psum_layout is not None:
+                # The index_select of the definition makes the packing input contiguous.
+                _check_psum_layout(function, psum_layout, sf, packed_input_contiguous=True)
+            # The row broadcast of the definition is fused into the CUDA packing kernel.
+            return _packed_ue8m0(sf, mn, gran_mn, psum_layout)
     elif is_sm100 and gran_k in (32, 128):
         if gran_mn != 1:
             raise reject(function, "recipe", "gran_mn == 1 for an int32 (packed UE8M0) SF", f"gran_mn = {gran_mn}")

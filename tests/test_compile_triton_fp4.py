@@ -1,0 +1,81 @@
+"""Compile-only checks of the FP4 kernels (dg_triton.triton.fp4) for sm_90a and sm_100a, no GPU
+needed (TOOLCHAIN.md "Triton without a GPU").
+
+Runs in its own pytest process without TRITON_INTERPRET: once that is set, triton.compile no longer
+works in the process. Each kernel is compiled with the tile and warp count its launcher uses on a
+GPU, with the argument types a real launch specializes to (32-bit sizes and strides).
+"""
+import os
+
+import pytest
+
+pytestmark = pytest.mark.compile
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("triton.compile does not work with TRITON_INTERPRET=1 in the process",
+                allow_module_level=True)
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from dg_triton.triton import fp4
+
+_NUM_WARPS = 4
+
+
+def _compile(fn, signature, constexprs, arch):
+    compiled = triton.compile(ASTSource(fn, signature, constexprs),
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": _NUM_WARPS})
+    cubin = compiled.asm["cubin"]
+    assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
+    ptx = compiled.asm["ptx"]
+    assert f".target sm_{arch}a" in ptx
+    # No spills, and no flush-to-zero anywhere: the reference keeps subnormals (e.g. 1/sf = 2^-127
+    # for a UE8M0 sf of 2^127, a dequantized 0.5 * 2^-126), and bitwise agreement needs the same.
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert ".ftz" not in ptx
+    return ptx
+
+
+@pytest.mark.parametrize("arch", [90, 100])
+@pytest.mark.parametrize("gran_k", [32, 128])
+@pytest.mark.parametrize("x_type,packed", [("*bf16", True), ("*fp32", False), ("*bf16", False)])
+def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, packed, gran_k, arch):
+    block_m, block_n = fp4._cast_tile(gran_k)
+    signature = {"x_ptr": x_type, "packed_ptr": "*i8", "sf_ptr": "*i32" if packed else "*fp32",
+                 "m": "i32", "n": "i32", "num_groups": "i32", "num_sf_columns": "i32",
+                 "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
+                 "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                 "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr"}
+    constexprs = {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
+                  "PACKED_UE8M0": packed}
+    ptx = _compile(fp4._per_token_cast_to_fp4_kernel, signature, constexprs, arch)
+    # Bitwise agreement with the reference needs correctly rounded divisions (div_rn), not the
+    # approximate div.full.f32 that a plain fp32 `/` lowers to.
+    assert "div.rn.f32" in ptx and "div.full.f32" not in ptx and "div.approx" not in ptx
+
+
+def test_transpose_kernel_compiles():
+    signature = {"a_ptr": "*i8", "out_ptr": "*i8", "m": "i32", "half_n": "i32",
+                 "stride_am": "i32", "stride_an": "i32",
+                 "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr"}
+    constexprs = {"BLOCK_ROWS": fp4._TRANSPOSE_BLOCK_ROWS,
+                  "BLOCK_BYTES": fp4._TRANSPOSE_BLOCK_BYTES}
+    for arch in (90, 100):
+        _compile(fp4._transpose_packed_fp4_kernel, signature, constexprs, arch)
+
+
+@pytest.mark.parametrize("arch", [90, 100])
+@pytest.mark.parametrize("packed", [False, True])
+def test_cast_back_kernel_compiles(packed, arch):
+    signature = {"packed_ptr": "*i8", "sf_ptr": "*i32" if packed else "*fp32", "out_ptr": "*fp32",
+                 "m": "i32", "half_n": "i32", "stride_pm": "i32", "stride_pn": "i32",
+                 "stride_sfm": "i32", "stride_sfk": "i32",
+                 "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                 "PACKED_UE8M0": "constexpr"}
+    constexprs = {"GRAN_K": 32, "BLOCK_M": fp4._CAST_BACK_BLOCK_M,
+                  "BLOCK_N": fp4._CAST_BACK_BLOCK_N, "PACKED_UE8M0": packed}
+    ptx = _compile(fp4._cast_back_from_fp4_kernel, signature, constexprs, arch)
+    # The dequantized value times its SF is a plain IEEE multiply, as in the reference.
+    assert "mul.rn.f32" in ptx or "mul.f32" in ptx
