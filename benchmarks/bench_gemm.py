@@ -3,6 +3,7 @@ in the same run (ANCHORS.md "Method": CUDA-graph replay of one call, L2 flushed,
 
     python benchmarks/bench_gemm.py --family bf16_gemm            # the API.md 8 shapes
     python benchmarks/bench_gemm.py --family bf16_gemm --sweep    # also time every candidate config
+    python benchmarks/bench_gemm.py --family fp8_gemm             # FP8 1D2D and 1D1D (issue 4)
 
 Prints one table and writes benchmarks/results/<family>-<gpu>.json (BENCH_FORMAT.md) and .md.
 """
@@ -194,9 +195,117 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+# ANCHORS.md, DeepGEMM FP8 1D2D TFLOPS on our H200 (M=1: microseconds).
+DEEPGEMM_FP8_TFLOPS = {
+    4096: [1181, 942, 1174, 968, 1282, 1265, 1198],
+    128: [266, 82, 470, 306, 637, 433, 303],
+    64: [143, 41, 243, 171, 340, 221, 164],
+}
+DEEPGEMM_FP8_M1_US = [16.4, 13.8, 20.8, 12.3, 45.3, 19.0, 12.3]
+
+
+def cublas_fp8(a_q, sfa, b_q, sfb, blockwise: bool):
+    """cuBLAS FP8 through torch._scaled_mm: block-wise (1x128 A scales M-major, 128x128 B scales as
+    [K/128, N/128]) or per-tensor (unit scales; the M=1 proxy, block-wise refuses M=1)."""
+    if blockwise:
+        scale_a = sfa.t().contiguous().t()
+        scale_b = sfb.t()
+    else:
+        scale_a = scale_b = torch.ones((), device="cuda")
+    return lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+
+
+def fp8_shape(m, n, k, kind, group, anchor_us, rows, table):
+    """One FP8 shape: check ours against the unquantized reference, time ours, cuBLAS block-wise
+    (or per-tensor at M=1) in alternation; 1D1D (wgrad recipe, fp32 D accumulated) has no cuBLAS
+    counterpart and is compared with 1D2D on the same shape in the summary."""
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    a_fp8 = dg_triton.per_token_cast_to_fp8(a, False)
+    per_token_b = kind == "1d1d"
+    b_fp8 = dg_triton.per_token_cast_to_fp8(b, False) if per_token_b else dg_triton.per_block_cast_to_fp8(b, False)
+    ref = a.float() @ b.float().T
+    if kind == "1d1d":
+        d = torch.zeros(m, n, dtype=torch.float32, device="cuda")
+        ours = lambda: dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d, c=d, recipe=(1, 1, 128))  # noqa: E731
+        d.zero_()
+        ours()
+        torch.cuda.synchronize()
+        diff = float(testing.calc_diff(d, ref))
+        if not diff < 1e-3:
+            raise AssertionError(f"fp8 1d1d {m}x{n}x{k}: calc_diff {diff:.3g}")
+    else:
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        ours = lambda: dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d)  # noqa: E731
+        diff = check(ours, d, ref, threshold=1e-3)
+    baseline, baseline_fn = None, None
+    if kind == "1d2d":
+        baseline = "cublas_blockwise" if m > 1 else "cublas_per_tensor"
+        try:
+            baseline_fn = cublas_fp8(a_fp8[0], a_fp8[1], b_fp8[0], b_fp8[1], m > 1)
+            baseline_fn()
+        except RuntimeError as error:  # an unsupported cuBLAS recipe: say so, keep ours
+            print(f"    {baseline} unavailable for {m}x{n}x{k}: {str(error).splitlines()[0]}")
+            baseline, baseline_fn = None, None
+    ours_times, base_times = [], []
+    for _ in range(3):
+        ours_times.append(testing.bench_graph(ours))
+        if baseline_fn:
+            base_times.append(testing.bench_graph(baseline_fn))
+    us = statistics.median(ours_times)
+    base_us = statistics.median(base_times) if base_times else None
+    name = "fp8_gemm_nt" if kind == "1d2d" else "fp8_gemm_nt:1d1d"
+    row = {"name": name, "shape": {"m": m, "n": n, "k": k},
+           "ours": {"us": round(us, 2), "tflops": round(tflops(m, n, k, us), 1), "calc_diff": diff,
+                    "gbps": round((m * k + n * k + m * n * d.element_size()) / us / 1e3, 1) if m <= 64 else None},
+           "baselines": {}}
+    if base_us:
+        row["baselines"][baseline] = {"us": round(base_us, 2), "tflops": round(tflops(m, n, k, base_us), 1)}
+    if anchor_us:
+        row["baselines"]["deepgemm_anchor"] = {"us": round(anchor_us, 2),
+                                               "tflops": round(tflops(m, n, k, anchor_us), 1),
+                                               "source": "ANCHORS.md"}
+    rows.append(row)
+    table.append((kind, group, m, n, k, us, tflops(m, n, k, us), baseline, base_us, anchor_us))
+
+
+def fp8_main(ms, rows):
+    table = []
+    for m in ms:
+        for i, (n, k) in enumerate(NK_PAIRS):
+            if m in DEEPGEMM_FP8_TFLOPS:
+                anchor = 2 * m * n * k / DEEPGEMM_FP8_TFLOPS[m][i] / 1e6
+            else:
+                anchor = DEEPGEMM_FP8_M1_US[i] if m == 1 else None
+            fp8_shape(m, n, k, "1d2d", "forward", anchor, rows, table)
+    for n, k in NK_PAIRS:  # wgrad shapes (API.md 8): M=n, N=4096, K=k, both recipes
+        fp8_shape(n, 4096, k, "1d2d", "wgrad", None, rows, table)
+        fp8_shape(n, 4096, k, "1d1d", "wgrad", None, rows, table)
+    lines = ["| recipe | M | N | K | ours us | ours TFLOPS | baseline | baseline us | vs baseline | vs DeepGEMM anchor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for kind, _, m, n, k, us, tf, baseline, base_us, anchor in table:
+        lines.append(f"| {kind} | {m} | {n} | {k} | {us:.1f} | {tf:.0f} | {baseline or '-'} | "
+                     f"{base_us and f'{base_us:.1f}' or '-'} | {base_us and f'{base_us / us:.3f}' or '-'} | "
+                     f"{anchor and f'{anchor / us:.3f}' or '-'} |")
+    lines.append("")
+    for m in ms:
+        ratios = [b / us for kind, group, mm, n, k, us, tf, _, b, a in table
+                  if mm == m and b and group == "forward"]
+        lines.append(f"M={m}: 1D2D geomean vs cuBLAS ({'per-tensor' if m == 1 else 'block-wise'}) "
+                     f"{geomean(ratios):.3f} (worst {min(ratios) if ratios else float('nan'):.3f})")
+    wgrad = {}
+    for kind, group, m, n, k, us, tf, *_ in table:
+        if group == "wgrad":
+            wgrad.setdefault((m, k), {})[kind] = tf
+    pairs = [v["1d1d"] / v["1d2d"] for v in wgrad.values() if "1d1d" in v and "1d2d" in v]
+    lines.append(f"wgrad shapes: 1D1D TFLOPS / 1D2D TFLOPS geomean {geomean(pairs):.3f} "
+                 f"(min {min(pairs) if pairs else float('nan'):.3f})")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--family", default="bf16_gemm", choices=["bf16_gemm"])
+    parser.add_argument("--family", default="bf16_gemm", choices=["bf16_gemm", "fp8_gemm"])
     parser.add_argument("--sweep", action="store_true", help="also time every candidate config")
     parser.add_argument("--ms", default="4096,128,64,1", help="comma-separated M values")
     parser.add_argument("--no-write", action="store_true")
@@ -207,6 +316,11 @@ def main():
     gpu = torch.cuda.get_device_name()
     rows, table, tuned = [], [], []
     ms = [int(x) for x in args.ms.split(",")]
+    if args.family == "fp8_gemm":
+        lines = [f"# fp8_gemm on {gpu}, {datetime.date.today()}", "",
+                 f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", ""]
+        lines += fp8_main(ms, rows)
+        return write_results(args, gpu, rows, "\n".join(lines), [])
     for m in ms:
         for i, (n, k) in enumerate(NK_PAIRS):
             if m in DEEPGEMM_BF16_TFLOPS:
@@ -234,7 +348,10 @@ def main():
         worst = min(ratios) if ratios else float("nan")
         lines.append(f"M={m}: geomean vs cuBLAS {geomean(ratios):.3f} (worst {worst:.3f})")
     lines += extra
-    text = "\n".join(lines)
+    return write_results(args, gpu, rows, "\n".join(lines), tuned)
+
+
+def write_results(args, gpu, rows, text, tuned):
     print(text)
     if not args.no_write:
         results = ROOT / "benchmarks" / "results"

@@ -1,7 +1,7 @@
 """`python -m dg_triton` (or `dg-triton`): what this machine can run, then check and time it.
 
-With an SM90 GPU: checks the BF16 GEMMs against the reference on a few shapes and times them beside
-cuBLAS. Without one: says so, checks the reference math on the CPU and compile-checks the CUDA
+With an SM90 GPU: checks the BF16 and FP8 GEMMs against the reference on a few shapes and times
+them beside cuBLAS (FP8: cuBLAS block-wise through torch._scaled_mm). Without one: says so, checks the reference math on the CPU and compile-checks the CUDA
 kernels for sm_90a (NVRTC needs no GPU). Never a traceback for a missing GPU or compiler.
 """
 import sys
@@ -28,8 +28,8 @@ def _environment() -> tuple[bool, str]:
         _report("backend", dispatch.backend_reason(device))
     else:
         _report("device", "no CUDA GPU found (torch.cuda.is_available() is False)")
-        _report("backend", "none on this machine: dg_triton's kernels need an SM90 GPU; the portable "
-                           "Triton path is not built yet")
+        _report("backend", "CUDA kernels need an SM90 GPU; the portable Triton GEMMs run on CPU "
+                           "tensors only under the Triton interpreter (TRITON_INTERPRET=1)")
     try:
         compiler_name = "nvcc " + compiler._nvcc_path() if compiler.use_nvcc() else "NVRTC %d.%d" % compiler.nvrtc_version()
     except Exception as error:  # report, don't crash: the rest can still run
@@ -57,20 +57,25 @@ def _check_reference_on_cpu() -> None:
 def _compile_check() -> None:
     import torch
 
-    from dg_triton.heuristics.sm90 import choose_bf16_gemm_config
-    from dg_triton.kernels.sm90_bf16_gemm import Bf16GemmKernelSpec, compile_spec
-    config = choose_bf16_gemm_config(4096, 4096, 7168, 2, 132)
-    spec = Bf16GemmKernelSpec(config, True, True, torch.bfloat16, False)
-    start = time.perf_counter()
-    try:
-        compiled = compile_spec(spec)
-    except Exception as error:
-        print(f"compile-only check (sm_90a): FAILED: {error}")
-        return
-    usage = compiled.resources
-    print(f"compile-only check (sm_90a): {spec.name} in {time.perf_counter() - start:.2f} s "
-          f"(cached or compiled), {usage.registers} registers, {usage.spill_store_bytes} B spills, "
-          f"{usage.stack_frame_bytes} B stack")
+    from dg_triton.heuristics.sm90 import choose_bf16_gemm_config, choose_fp8_gemm_config
+    from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm
+    specs = (
+        (sm90_bf16_gemm, sm90_bf16_gemm.Bf16GemmKernelSpec(
+            choose_bf16_gemm_config(4096, 4096, 7168, 2, 132), True, True, torch.bfloat16, False)),
+        (sm90_fp8_gemm, sm90_fp8_gemm.Fp8GemmKernelSpec(
+            choose_fp8_gemm_config(4096, 4096, 7168, 2, 132), False, torch.bfloat16, False)),
+    )
+    for module, spec in specs:
+        start = time.perf_counter()
+        try:
+            compiled = module.compile_spec(spec)
+        except Exception as error:
+            print(f"compile-only check (sm_90a): {spec.name} FAILED: {error}")
+            continue
+        usage = compiled.resources
+        print(f"compile-only check (sm_90a): {spec.name} in {time.perf_counter() - start:.2f} s "
+              f"(cached or compiled), {usage.registers} registers, {usage.spill_store_bytes} B spills, "
+              f"{usage.stack_frame_bytes} B stack")
 
 
 def _check_and_time_on_gpu() -> int:
@@ -104,8 +109,47 @@ def _check_and_time_on_gpu() -> int:
         cublas = testing.bench_graph(lambda: torch.matmul(a_nt, b_nt.T), warmup_ms=10, rep_ms=50)
         print(f"{str((m, n, k)):<22}{alias:>7}{str(out)[6:10]:>6}{diff:>11.2e}{ours:>10.1f}"
               f"{cublas:>11.1f}{cublas / ours:>7.2f}{'' if ok else '  FAILED'}")
+    failures += _check_and_time_fp8()
     print("all checks passed" if not failures else f"{failures} check(s) FAILED")
     return 1 if failures else 0
+
+
+def _check_and_time_fp8() -> int:
+    """FP8 1D2D against the unquantized reference (API.md 8, threshold 1e-3), timed beside cuBLAS
+    block-wise; returns the number of failed checks."""
+    import torch
+
+    import dg_triton
+    from dg_triton import testing
+    failures = 0
+    for m, n, k in ((4096, 4096, 7168), (128, 7168, 16384)):
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        a_fp8 = dg_triton.per_token_cast_to_fp8(a, False)
+        b_fp8 = dg_triton.per_block_cast_to_fp8(b, False)
+        d = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        try:
+            dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d)
+            diff = float(testing.calc_diff(d.float(), a.float() @ b.float().T))
+            ok = bool(torch.isfinite(d).all()) and diff < 1e-3
+        except Exception as error:  # report and go on: the BF16 results above still stand
+            print(f"{str((m, n, k)):<22}{'fp8':>7}  FAILED: {error}")
+            failures += 1
+            continue
+        failures += not ok
+        ours = testing.bench_graph(lambda: dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d), warmup_ms=10, rep_ms=50)
+        scale_a, scale_b = a_fp8[1].t().contiguous().t(), b_fp8[1].t()
+        try:
+            cublas = testing.bench_graph(lambda: torch._scaled_mm(a_fp8[0], b_fp8[0].t(), scale_a, scale_b,
+                                                                  out_dtype=torch.bfloat16),
+                                         warmup_ms=10, rep_ms=50)
+            ratio = f"{cublas / ours:>7.2f}"
+            cublas = f"{cublas:>11.1f}"
+        except RuntimeError:  # cuBLAS block-wise unsupported by this torch/cuBLAS
+            cublas, ratio = f"{'-':>11}", f"{'-':>7}"
+        print(f"{str((m, n, k)):<22}{'fp8':>7}{'bf16':>6}{diff:>11.2e}{ours:>10.1f}{cublas}{ratio}"
+              f"{'' if ok else '  FAILED'}")
+    return failures
 
 
 def main() -> int:

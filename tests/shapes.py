@@ -53,3 +53,18 @@ BF16_DENSE_TAIL_K = [8, 136, 7176]
 # (M, K) used with the N tails and (M, N) used with the K tails.
 BF16_DENSE_TAIL_N_MK = (128, 1536)
 BF16_DENSE_TAIL_K_MN = (128, 2112)
+
+# --- Dense FP8 GEMM (API.md 8 "Dense", issue 4) ---------------------------------------------------
+
+# Forward: the BF16 forward (N, K) pairs with a bf16 D, 1D2D recipe (1, 128, 128), plus M=64.
+FP8_DENSE_FORWARD_M = [1, 64, 128, 4096]
+FP8_DENSE_NK = BF16_DENSE_BF16_OUT_NK
+# dgrad (M=4096, N=k, K=n), bf16 D, 1D2D; on SM90 both operands K-major (the `nt` alias).
+FP8_DENSE_DGRAD_MNK = [(BF16_DENSE_BACKWARD_M, k, n) for n, k in FP8_DENSE_NK]
+# wgrad (M=n, N=4096, K=k), fp32 D accumulated into (c is d), 1D1D recipe (1, 1, 128), K-major.
+FP8_DENSE_WGRAD_MNK = [(n, BF16_DENSE_BACKWARD_M, k) for n, k in FP8_DENSE_NK]
+# M tails of issue 4: one row, fewer rows than a tile, one past a 128-row block and a 4096 one.
+FP8_DENSE_TAIL_M = [1, 7, 129, 4097]
+# fp8_gemm_nt_skip_head_mid (API.md 3.3): upstream's head split (left, mid, right) and two sizes.
+FP8_SKIP_HEAD_MID_SPLITS = (128, 64, 128)
+FP8_SKIP_HEAD_MID_MNK = [(128, 4096, 7168), (4096, 4096, 7168)]

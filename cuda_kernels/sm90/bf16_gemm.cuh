@@ -13,7 +13,7 @@
 
 #include "../common/ptx.cuh"
 #include "epilogue.cuh"
-#include "scheduler.cuh"
+#include "gemm_pipeline.cuh"
 #include "splitk_epilogue.cuh"
 #include "wgmma.cuh"
 #include "wgmma_bf16.cuh"
@@ -86,116 +86,7 @@ struct SplitKArguments {
     uint32_t ld_d;
 };
 
-template <class T>
-using Scheduler =
-    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterM, T::kClusterN>;
-
-// Stage ring position: the stage index and the parity of the barrier phase it is in.
-struct PipelineState {
-    uint32_t stage = 0, phase = 0;
-    template <uint32_t kNumStages>
-    __device__ __forceinline__ void advance() {
-        if (++stage == kNumStages) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-};
-
-// ---- producer: one thread issues every TMA load -------------------------------------------------
-// K-major tiles are boxes of [rows][64 of K]; MN-major tiles are boxes of [64 of K][64 of MN], one
-// per 64-element atom. With a cluster of 2 along N each CTA loads half of the A tile (half the rows
-// when K-major; one atom, or half the K rows of a single atom, when MN-major) and multicasts it to
-// both CTAs; B is never shared.
-template <class T>
-__device__ __forceinline__ void load_a_tile(uint8_t* a, const TmaDescriptor& tma_a, uint64_t* full,
-                                            uint32_t m0, uint32_t k0, uint32_t cluster_rank) {
-    if constexpr (T::kClusterN == 1) {
-        if constexpr (T::kAKMajor) {
-            tma_load_2d(a, &tma_a, full, k0, m0);
-        } else {
-#pragma unroll
-            for (uint32_t i = 0; i < T::kBlockM / T::kAtom; ++i)
-                tma_load_2d(a + i * T::kAtom * 128, &tma_a, full, m0 + i * T::kAtom, k0);
-        }
-    } else {
-        constexpr uint16_t kBothCtas = 0b11;
-        if constexpr (T::kAKMajor) {
-            constexpr uint32_t kHalfRows = T::kBlockM / 2;
-            tma_load_2d_multicast(a + cluster_rank * kHalfRows * 128, &tma_a, full, k0,
-                                  m0 + cluster_rank * kHalfRows, kBothCtas);
-        } else if constexpr (T::kBlockM == 2 * T::kAtom) {
-            tma_load_2d_multicast(a + cluster_rank * T::kAtom * 128, &tma_a, full,
-                                  m0 + cluster_rank * T::kAtom, k0, kBothCtas);
-        } else {
-            constexpr uint32_t kHalfK = T::kBlockK / 2;
-            tma_load_2d_multicast(a + cluster_rank * kHalfK * 128, &tma_a, full, m0,
-                                  k0 + cluster_rank * kHalfK, kBothCtas);
-        }
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma_b, uint64_t* full,
-                                            uint32_t n0, uint32_t k0, uint32_t cluster_rank) {
-    constexpr uint32_t kAtoms = T::kBKMajor ? 1 : T::kBlockN / T::kAtom;
-    if constexpr (T::kClusterM == 1) {
-        if constexpr (T::kBKMajor) {
-            tma_load_2d(b, &tma_b, full, k0, n0);
-        } else {
-#pragma unroll
-            for (uint32_t i = 0; i < kAtoms; ++i)
-                tma_load_2d(b + i * T::kAtom * 128, &tma_b, full, n0 + i * T::kAtom, k0);
-        }
-    } else {
-        constexpr uint16_t kBothCtas = 0b11;
-        if constexpr (T::kBKMajor) {
-            constexpr uint32_t kHalfRows = T::kBlockN / 2;
-            tma_load_2d_multicast(b + cluster_rank * kHalfRows * 128, &tma_b, full, k0,
-                                  n0 + cluster_rank * kHalfRows, kBothCtas);
-        } else {
-            constexpr uint32_t kHalfK = T::kBlockK / 2;
-#pragma unroll
-            for (uint32_t i = 0; i < kAtoms; ++i)
-                tma_load_2d_multicast(b + i * T::kAtom * 128 + cluster_rank * kHalfK * 128, &tma_b,
-                                      full, n0 + i * T::kAtom, k0 + cluster_rank * kHalfK,
-                                      kBothCtas);
-        }
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                        Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
-                                        uint8_t* tiles_a, uint8_t* tiles_b, uint32_t cluster_rank) {
-    PipelineState pipe;
-    WorkUnit unit;
-    while (scheduler.next(unit)) {
-        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-            // The stage is free once every consumer warp that reads it (in both CTAs of a
-            // cluster: our multicast writes into the peer too) has released it.
-            mbarrier_wait(&empty[pipe.stage], pipe.phase ^ 1);
-            mbarrier_arrive_expect_tx(&full[pipe.stage], T::kStageBytes);
-            const uint32_t k0 = kb * T::kBlockK;
-            load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, tma_a, &full[pipe.stage],
-                           unit.m_block * T::kBlockM, k0, cluster_rank);
-            load_b_tile<T>(tiles_b + pipe.stage * T::kTileBBytes, tma_b, &full[pipe.stage],
-                           unit.n_block * T::kBlockN, k0, cluster_rank);
-            pipe.advance<T::kNumStages>();
-        }
-    }
-}
-
 // ---- consumers: one m64nBLOCK_N k16 wgmma per 16 of K, then the epilogue -------------------------
-template <class T>
-__device__ __forceinline__ void release_stage(uint64_t* empty, uint32_t cluster_rank) {
-    // One arrival per warp: wgmma.wait_group is warpgroup-collective, so every lane is done.
-    if (lane_index() == 0) {
-        mbarrier_arrive(empty);
-        if constexpr (T::kClusterSize > 1)
-            mbarrier_arrive_cluster(empty, cluster_rank ^ 1);
-    }
-}
 
 template <class T>
 __device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
@@ -268,46 +159,14 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
                                                uint32_t shape_n, uint32_t shape_k,
                                                const SplitKArguments& split) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
-    uint8_t* tiles_a = smem + T::kOffsetA;
-    uint8_t* tiles_b = smem + T::kOffsetB;
-    uint8_t* staging = smem + T::kOffsetStaging;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffsetBarriers);
-    uint64_t* empty = full + T::kNumStages;
-    uint64_t* epilogue_barriers = empty + T::kNumStages;
-    uint32_t* last_flags = reinterpret_cast<uint32_t*>(smem + T::kOffsetFlags);
-
+    const SharedPlan<T> plan(smem_raw);
     const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
     const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
     const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
     const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
     const uint32_t warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch_descriptor(&tma_a);
-        tma_prefetch_descriptor(&tma_b);
-        tma_prefetch_descriptor(&tma_d);
-#pragma unroll
-        for (uint32_t s = 0; s < T::kNumStages; ++s) {
-            mbarrier_init(&full[s], 1);
-            // One arrival per consumer warp of every CTA whose shared half lands in this stage.
-            mbarrier_init(&empty[s], 4 * T::kNumMathWarpgroups * T::kClusterSize);
-        }
-#pragma unroll
-        for (uint32_t w = 0; w < T::kNumMathWarpgroups; ++w)
-            mbarrier_init(&epilogue_barriers[w], 1);
-        fence_mbarrier_init();
-    }
-    // Peers arrive on our barriers and multicast into our tiles: they must see them initialised.
-    if constexpr (T::kClusterSize > 1)
-        cluster_sync();
-    else
-        __syncthreads();
-    // Under programmatic dependent launch, inputs written by the previous kernel are visible
-    // only after this; without PDL it returns at once.
-    griddepcontrol_wait();
-
+    start_pipeline<T>(plan, tma_a, tma_b, tma_d);
     const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
     const Scheduler<T> scheduler(m, n, num_k_blocks, num_splits);
     const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
@@ -315,14 +174,14 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
     if (warpgroup == 0) {
         setmaxnreg_dec<T::kProducerRegisters>();
         if (threadIdx.x == 0)
-            produce<T>(tma_a, tma_b, scheduler, full, empty, tiles_a, tiles_b, cluster_rank);
+            produce<T>(tma_a, tma_b, scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
+                       cluster_rank);
     } else {
-        consume<T>(scheduler, full, empty, tiles_a, tiles_b, staging, epilogue_barriers,
-                   last_flags, tma_d, split, m, n, num_splits, warpgroup - 1, cluster_rank);
+        consume<T>(scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b, plan.staging,
+                   plan.epilogue_barriers, plan.last_flags, tma_d, split, m, n, num_splits,
+                   warpgroup - 1, cluster_rank);
     }
-    // A CTA may not exit while its peer can still arrive on its barriers or multicast into it.
-    if constexpr (T::kClusterSize > 1)
-        cluster_sync();
+    finish_pipeline<T>();
 }
 
 }  // namespace dg::sm90

@@ -191,3 +191,38 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
     return best[1]
+
+
+# FP8 (fp8_gemm.cuh): each consumer thread holds two sets of BLOCK_N / 2 FP32 values (the scaled
+# accumulator and the block's raw wgmma partial sums), and with per-column B scales ("1d1d") also
+# BLOCK_N / 4 scales, so BLOCK_N is capped below the BF16 kernel's 256 where ptxas would spill
+# (measured with nvcc 13.0 / NVRTC 13.0: 1d2d spills at 256, 1d1d at 160; tests/test_compile_sm90_fp8.py).
+FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
+
+
+def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
+    limit = FP8_MAX_BLOCK_N[kind]
+    return block_n <= (limit if block_m == 128 or kind == "1d2d" else 128)
+
+
+def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
+                           kind: str = "1d2d", block_n_divides: int | None = None) -> Bf16GemmConfig:
+    """The FP8 kernel's tile: same pipeline and shared-memory plan as the BF16 kernel (a 128-wide
+    FP8 K block is 128 bytes per row, like a 64-wide BF16 one, and runs at twice the rate, so the
+    BF16 cost model applies with K halved). No split-K and no clusters yet. `block_n_divides`:
+    BLOCK_N must divide it (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns)."""
+    best = None
+    for block_m, block_n in bf16_gemm_candidates(m, n):
+        if not fp8_block_n_fits(kind, block_m, block_n) or (block_n_divides and block_n_divides % block_n):
+            continue
+        config = make_config(m, n, block_m, block_n, 1, k, out_bytes, num_sms)
+        if config is None:
+            continue
+        cycles = estimate_cycles(m, n, -(-k // 2), block_m, block_n, 1, num_sms)
+        score = (cycles, -(block_m * block_n))
+        if best is None or score < best[0]:
+            best = (score, config)
+    if best is None:
+        raise RuntimeError(f"no SM90 FP8 GEMM config for m={m} n={n} k={k}"
+                           + (f" with block N dividing {block_n_divides}" if block_n_divides else ""))
+    return best[1]

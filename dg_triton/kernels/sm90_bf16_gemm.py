@@ -90,9 +90,11 @@ def _load(spec: Bf16GemmKernelSpec, device_index: int) -> Kernel:
 
 
 @functools.lru_cache(maxsize=None)
-def _load_source(name: str, source: str, device_index: int) -> Kernel:
+def _load_source(name: str, source: str, device_index: int, symbol: str = KERNEL_SYMBOL) -> Kernel:
+    """The compiled and loaded kernel `symbol` of `source`, once per process and device (the FP8
+    GEMM's host side loads through here too)."""
     compiled = compiler.compile_kernel(name, source, "sm_90a")
-    return Kernel(compiled.cubin, KERNEL_SYMBOL, device_index, name=name)
+    return Kernel(compiled.cubin, symbol, device_index, name=name)
 
 
 def _operand_params(rows: int, k: int, strides: tuple[int, int], k_major: bool, block_rows: int,

@@ -1,0 +1,255 @@
+// SM90 FP8 GEMM with fine-grained scaling: D[M,N] (+)= dequant(A)[M,K] @ dequant(B)[N,K]^T.
+//
+// A and B are E4M3, K-major (8-bit wgmma has no transpose bits). A has one FP32 scale per row
+// per 128 of K (sfa, the TMA-aligned MN-major layout of API.md 2.3); B has one per 128x128
+// block ("1D2D", BF16 D) or one per column per 128 of K ("1D1D", FP32 D, optional accumulation).
+//
+// Two-level accumulation, the reason FP8 stays accurate: the four m64nNk32 wgmmas of a 128-wide K
+// block accumulate raw products into `partial` (the tensor core's FP32 accumulation of 8-bit
+// products loses low bits over long K); after each K block the consumer scales `partial` by
+// sfa[row] * sfb[col] and adds it to `acc` with ordinary FP32 FMAs. So the wgmmas of a block are
+// waited for before the next block is issued; the two consumer warpgroups of a 128-row tile
+// interleave, so one's promotion runs under the other's MMAs.
+//
+// The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
+// is gemm_pipeline.cuh's; the epilogue is SwizzledTmaStoreEpilogue. Scales are read with plain
+// global loads one K block ahead: a K block's MMAs take ~1000 cycles, longer than an L2 round
+// trip, and the scales are a few hundred bytes per tile.
+#pragma once
+
+#include <cuda_bf16.h>
+#include "../common/types.cuh"
+
+#include "../common/ptx.cuh"
+#include "epilogue.cuh"
+#include "gemm_pipeline.cuh"
+#include "wgmma.cuh"
+#include "wgmma_fp8.cuh"
+
+namespace dg::sm90 {
+
+template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kScaleBPerColumn_,
+          typename OutT_, bool kAccumulate_, uint32_t kGroupM_, uint32_t kClusterM_,
+          uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
+struct Fp8GemmTraits {
+    static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
+    // false: "1D2D", one sfb per 128x128 block of B; true: "1D1D", one per column per 128 of K.
+    static constexpr bool kScaleBPerColumn = kScaleBPerColumn_;
+    static constexpr bool kAccumulate = kAccumulate_;
+    static constexpr bool kAKMajor = true, kBKMajor = true;
+    static constexpr uint32_t kGroupM = kGroupM_;
+    static constexpr uint32_t kClusterM = kClusterM_, kClusterN = kClusterN_;
+    static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
+    static constexpr uint32_t kShapeM = kShapeM_, kShapeN = kShapeN_, kShapeK = kShapeK_;
+    using OutT = OutT_;
+
+    static constexpr uint32_t kBlockK = 128;   // 128 bytes of E4M3: one 128B-swizzle row,
+                                               // and exactly one scale group
+    static constexpr uint32_t kAtom = 128;     // (MN-major atoms: unused, both operands K-major)
+    static constexpr uint32_t kScaleGroup = 128;
+    static constexpr uint32_t kNumMathWarpgroups = kBlockM / 64;
+    static constexpr uint32_t kNumThreads = 128 * (1 + kNumMathWarpgroups);
+
+    static constexpr uint32_t kTileABytes = kBlockM * kBlockK;
+    static constexpr uint32_t kTileBBytes = kBlockN * kBlockK;
+    static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
+
+    using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    using Mma = WgmmaFp8<kBlockN>;
+
+    // 1D2D: how many 128-column scale blocks of B a tile can overlap. Tiles start at multiples of
+    // BLOCK_N, so a tile's offset inside its first scale block is a multiple of gcd(BLOCK_N, 128).
+    static constexpr uint32_t kScaleAlign = (kBlockN % 128 == 0) ? 128 : (kBlockN % 64 == 0) ? 64
+                                          : (kBlockN % 32 == 0) ? 32 : 16;
+    static constexpr uint32_t kScaleBlocksPerTile = (kScaleGroup - kScaleAlign + kBlockN - 1) / kScaleGroup + 1;
+
+    // Shared-memory plan (read by SharedPlan): stages, epilogue staging, barriers.
+    static constexpr uint32_t kOffsetA = 0;
+    static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
+    static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
+    static constexpr uint32_t kOffsetBarriers =
+        kOffsetStaging + kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup;
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
+    static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // unused here
+    static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
+
+    // Registers: each consumer thread holds two sets of BLOCK_N/2 FP32 values (acc and partial).
+    static constexpr uint32_t kProducerRegisters = 40;
+    static constexpr uint32_t kConsumerRegisters = kNumMathWarpgroups == 1 ? 240 : 232;
+
+    static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
+    static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
+    static_assert(!kAccumulate || kScaleBPerColumn, "accumulation into D is the 1D1D (wgrad) recipe");
+    static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
+    static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
+};
+
+// Scale-factor arguments. sfa: element (row, k_block) at k_block * ld_sfa + row (MN-major).
+// 1D2D sfb: element (n_block, k_block) at n_block * ld_sfb + k_block (row-major, ceil(N/128) rows).
+// 1D1D sfb: element (col, k_block) at k_block * ld_sfb + col (MN-major).
+// head_*: fp8_gemm_nt_skip_head_mid's (left, mid, right) column split, or all zero.
+struct Fp8ScaleArguments {
+    const float* sfa;
+    const float* sfb;
+    uint32_t ld_sfa, ld_sfb;
+    uint32_t head_left, head_mid, head_right;
+};
+
+// This thread's scales for one K block: A's for its two fragment rows, B's for the tile's scale
+// blocks (1D2D) or for its fragment columns (1D1D).
+template <class T>
+struct BlockScales {
+    static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kBlockN / 4 : T::kScaleBlocksPerTile;
+    float a[2];
+    float b[kNumB];
+
+    __device__ __forceinline__ void load(const Fp8ScaleArguments& args, uint32_t k_block,
+                                         uint32_t row0, uint32_t m, uint32_t n0, uint32_t n) {
+#pragma unroll
+        for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t row = row0 + fragment_row(half);
+            a[half] = row < m ? __ldg(args.sfa + k_block * args.ld_sfa + row) : 0.0f;
+        }
+        if constexpr (T::kScaleBPerColumn) {
+#pragma unroll
+            for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
+                // Columns come in pairs from an even index; ld_sfb = align(N, 4), so reading the
+                // pair whenever its first column is inside N stays inside the allocation.
+                const uint32_t col = n0 + fragment_col(t);
+                float2 pair = make_float2(0.0f, 0.0f);
+                if (col < n)
+                    pair = __ldg(reinterpret_cast<const float2*>(args.sfb + k_block * args.ld_sfb + col));
+                b[2 * t] = pair.x;
+                b[2 * t + 1] = pair.y;
+            }
+        } else {
+            const uint32_t num_n_blocks = (n + T::kScaleGroup - 1) / T::kScaleGroup;
+#pragma unroll
+            for (uint32_t j = 0; j < kNumB; ++j) {
+                const uint32_t n_block = n0 / T::kScaleGroup + j;
+                b[j] = n_block < num_n_blocks ? __ldg(args.sfb + n_block * args.ld_sfb + k_block) : 0.0f;
+            }
+        }
+    }
+
+    // acc (+)= partial * sfa[row] * sfb[col]. `first`: acc is overwritten (a tile's first block).
+    __device__ __forceinline__ void promote(float* acc, const float* partial, uint32_t n0,
+                                            bool first) const {
+#pragma unroll
+        for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
+            float b0, b1;
+            if constexpr (T::kScaleBPerColumn) {
+                b0 = b[2 * t];
+                b1 = b[2 * t + 1];
+            } else {
+                // An 8-column group never straddles a 128-column scale block (n0 and 8t are
+                // multiples of 8), so one scale serves the thread's pair.
+                const uint32_t j = (n0 % T::kScaleGroup + t * 8) / T::kScaleGroup;
+                float scale = b[0];
+#pragma unroll
+                for (uint32_t i = 1; i < kNumB; ++i)
+                    scale = j == i ? b[i] : scale;
+                b0 = b1 = scale;
+            }
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half) {
+                const uint32_t r = t * 4 + half * 2;
+                const float s0 = a[half] * b0, s1 = a[half] * b1;
+                acc[r] = first ? partial[r] * s0 : fmaf(partial[r], s0, acc[r]);
+                acc[r + 1] = first ? partial[r + 1] * s1 : fmaf(partial[r + 1], s1, acc[r + 1]);
+            }
+        }
+    }
+};
+
+// Column of the physical D where logical column `col` lands (fp8_gemm_nt_skip_head_mid, API.md
+// 3.3): each head's `left` and `right` columns are written, its `mid` columns skipped. The host
+// picks BLOCK_N dividing left and right, so a tile never straddles a gap.
+__device__ __forceinline__ uint32_t skip_head_mid_column(uint32_t col, const Fp8ScaleArguments& args) {
+    if (args.head_mid == 0)
+        return col;
+    return col + (col + args.head_right) / (args.head_left + args.head_right) * args.head_mid;
+}
+
+// ---- consumers: four m64nBLOCK_N k32 wgmmas per K block, promotion, then the epilogue ---------
+template <class T>
+__device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const SharedPlan<T>& plan,
+                                            const TmaDescriptor& tma_d,
+                                            const Fp8ScaleArguments& scales, uint32_t m, uint32_t n,
+                                            uint32_t math_wg, uint32_t cluster_rank) {
+    setmaxnreg_inc<T::kConsumerRegisters>();
+    float acc[T::kBlockN / 2];
+    float partial[T::kBlockN / 2];
+    PipelineState pipe;
+    uint32_t epilogue_phase = 0;
+    // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
+    constexpr uint32_t kStep = 32;
+    const uint32_t a_offset = math_wg * 64 * 128;
+
+    WorkUnit unit;
+    while (scheduler.next(unit)) {
+        const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
+        const uint32_t n0 = unit.n_block * T::kBlockN;
+        BlockScales<T> next;
+        next.load(scales, unit.k_block_begin, row0, m, n0, n);
+        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
+            const BlockScales<T> current = next;
+            if (kb + 1 < unit.k_block_end)
+                next.load(scales, kb + 1, row0, m, n0, n);
+
+            mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
+            const uint32_t a_base = smem_addr(plan.tiles_a + pipe.stage * T::kTileABytes) + a_offset;
+            const uint32_t b_base = smem_addr(plan.tiles_b + pipe.stage * T::kTileBBytes);
+            wgmma_fence_operands<T::kBlockN / 2>(partial);
+            wgmma_fence();
+#pragma unroll
+            for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks) {
+                const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStep, 16);
+                const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStep, 16);
+                T::Mma::mma(desc_a, desc_b, partial, ks > 0);
+            }
+            wgmma_commit_group();
+            wgmma_wait_group<0>();
+            wgmma_fence_operands<T::kBlockN / 2>(partial);
+            release_stage<T>(&plan.empty[pipe.stage], cluster_rank);
+            pipe.advance<T::kNumStages>();
+            current.promote(acc, partial, n0, kb == unit.k_block_begin);
+        }
+        T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                           &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
+                           skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
+    }
+    T::Epilogue::finish();
+}
+
+// ---- the kernel body ------------------------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                              const TmaDescriptor& tma_d, uint32_t shape_m,
+                                              uint32_t shape_n, uint32_t shape_k,
+                                              const Fp8ScaleArguments& scales) {
+    extern __shared__ uint8_t smem_raw[];
+    const SharedPlan<T> plan(smem_raw);
+    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
+    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
+    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
+    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
+    const uint32_t warpgroup = threadIdx.x / 128;
+
+    start_pipeline<T>(plan, tma_a, tma_b, tma_d);
+    const Scheduler<T> scheduler(m, n, num_k_blocks, 1);
+    const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
+
+    if (warpgroup == 0) {
+        setmaxnreg_dec<T::kProducerRegisters>();
+        if (threadIdx.x == 0)
+            produce<T>(tma_a, tma_b, scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
+                       cluster_rank);
+    } else {
+        consume_fp8<T>(scheduler, plan, tma_d, scales, m, n, warpgroup - 1, cluster_rank);
+    }
+    finish_pipeline<T>();
+}
+
+}  // namespace dg::sm90

@@ -1,0 +1,118 @@
+"""The SM90 FP8 GEMM kernel (dg_triton.kernels.sm90_fp8_gemm.run) on forced tile configs, on an
+SM90 GPU: every kernel feature a config may use (scale blocks straddled by a tile, the widest tiles,
+both block M, 2-CTA multicast clusters along M and N, 1D2D and 1D1D with accumulation, M/N/K tails,
+skip-head-mid's column remap), independent of what the heuristics pick. The public API's tests
+(validation, aliases, the API.md 8 shapes) call the same kernel through dg_triton.fp8_gemm_*.
+
+Operands are quantized with our casts (per-token 1x128 for A, per-block 128x128 or per-token for
+B); outputs are poisoned with NaN before the call. Two references: the dequantized operands
+multiplied in FP32 (what the kernel computes up to FP32 accumulation order; a wrong scale shows
+up as calc_diff ~ 0.1) and the unquantized BF16 inputs (API.md 8's reference, FP8 error
+included); both must give calc_diff < 1e-3.
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+THRESHOLD = 1e-3
+
+
+def _require_sm90():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+
+
+def _dequantize(q, sf, block_rows, block_cols=128):
+    """q [R, C] fp8 with one scale per block_rows x block_cols block (sf [ceil(R/br), ceil(C/bc)])."""
+    rows, cols = q.shape
+    scale = sf.float().repeat_interleave(block_rows, 0)[:rows].repeat_interleave(block_cols, 1)[:, :cols]
+    return q.float() * scale
+
+
+def _operands(m, n, k, kind):
+    import dg_triton
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    if kind == "1d2d":
+        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+        b_dequant = _dequantize(b_q, sfb, 128)
+    else:
+        b_q, sfb = dg_triton.per_token_cast_to_fp8(b, False, tma_aligned_sf=True)
+        b_dequant = _dequantize(b_q, sfb, 1)
+    a_dequant = _dequantize(a_q, sfa, 1)
+    return a, b, a_q, sfa, b_q, sfb, a_dequant @ b_dequant.T
+
+
+def _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config, head_splits=None):
+    from dg_triton.kernels import sm90_fp8_gemm
+
+    layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
+    problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, head_splits, layout)
+    sm90_fp8_gemm.run("test", a_q, sfa, b_q, sfb, d, problem, accumulate, "", config)
+    torch.cuda.synchronize()
+
+
+# (kind, block_m, block_n, cluster_m, cluster_n)
+FORCED = [
+    ("1d2d", 128, 128, 1, 1), ("1d2d", 128, 144, 1, 1), ("1d2d", 128, 192, 1, 1), ("1d2d", 64, 112, 1, 1),
+    ("1d2d", 64, 16, 1, 1), ("1d2d", 64, 192, 1, 1), ("1d2d", 128, 128, 2, 1), ("1d2d", 128, 128, 1, 2),
+    ("1d1d", 128, 128, 1, 1), ("1d1d", 128, 144, 1, 1), ("1d1d", 64, 128, 1, 1), ("1d1d", 128, 80, 2, 1),
+    ("1d1d", 64, 64, 1, 2),
+]
+
+
+@pytest.mark.parametrize("kind,block_m,block_n,cluster_m,cluster_n", FORCED)
+@pytest.mark.parametrize("accumulate", (False, True))
+def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, cluster_m, cluster_n,
+                                                    accumulate):
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_config
+
+    if accumulate and kind == "1d2d":
+        pytest.skip("SM90 FP8 accumulates only with the 1D1D recipe (API.md 1.3)")
+    # M, N and K tails: the last M, N and K blocks are partial, N is not a multiple of the
+    # 128-column scale blocks, and the grid has whole clusters along each axis.
+    m, n, k = 200, 1000, 1040
+    if (-(-n // block_n)) % cluster_n:
+        n = block_n * cluster_n * 4
+    out_dtype = torch.float32 if kind == "1d1d" else torch.bfloat16
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, kind)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+    c = None
+    if accumulate:
+        c = torch.randn(m, n, device="cuda").mul_(32)
+        d.copy_(c)
+    config = make_config(m, n, block_m, block_n, 1, k, d.element_size(), 132, cluster_n, cluster_m)
+    assert config is not None
+    _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config)
+    assert torch.isfinite(d).all(), "unwritten (NaN) or non-finite output elements"
+    expected = dequant_ref + (c if c is not None else 0)
+    unquantized = a.float() @ b.float().T + (c if c is not None else 0)
+    from dg_triton.testing import calc_diff
+    assert calc_diff(d.float(), expected) < THRESHOLD
+    assert calc_diff(d.float(), unquantized) < THRESHOLD
+
+
+@pytest.mark.parametrize("block_n", (64, 128))
+def test_fp8_kernel_skip_head_mid_writes_left_and_right_and_leaves_mid(block_n):
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.testing import calc_diff
+
+    left, mid, right = 128, 64, 128
+    heads, m, k = 4, 200, 1024
+    n = heads * (left + right)
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, "1d2d")
+    sentinel = 12345.0
+    d = torch.full((m, heads * (left + mid + right)), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d.view(m, heads, left + mid + right)[:, :, left:left + mid] = sentinel
+    config = make_config(m, n, 128, block_n, 1, k, 2, 132)
+    _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d2d", False, config, head_splits=(left, mid, right))
+    out = d.view(m, heads, left + mid + right)
+    assert (out[:, :, left:left + mid] == sentinel).all(), "mid columns were written"
+    written = torch.cat([out[:, :, :left], out[:, :, left + mid:]], dim=2).reshape(m, n)
+    assert torch.isfinite(written).all()
+    assert calc_diff(written.float(), dequant_ref) < THRESHOLD
