@@ -1,20 +1,47 @@
-"""Which implementation serves a call: the SM90 CUDA path, the SM100 CUDA path, or (later) the
-portable Triton path. The choice depends only on the device, so it is cached per device.
+"""Which implementation serves a call: the SM90 CUDA path, the SM100 CUDA path, or the portable
+Triton path (dg_triton/triton/gemm_portable.py).
+
+Order of choice for a function among the backends that implement it (``available``, plus the
+portable one for PORTABLE_FUNCTIONS):
+
+1. the device's own CUDA path (SM90 on Hopper, SM100 on Blackwell) when the function has it;
+2. otherwise the portable Triton path when the function has it: any other CUDA GPU (SM80, SM89,
+   SM120, ...), Blackwell until its CUDA kernels exist, and CPU tensors when ``TRITON_INTERPRET=1``
+   (the Triton interpreter, for tests and prototyping);
+3. otherwise NotImplementedError naming the function and the device.
+
+``DG_BACKEND`` overrides step 1: ``triton`` takes the portable path wherever the function has one
+(on SM90 too, so both paths can be compared on one GPU); ``cuda`` never takes it; ``auto`` (or
+unset) is the order above. The device facts are cached per device; the variables are read on
+each call, like every other DG_* variable (env.py).
 
 DG_PRINT_CONFIGS=1 prints the backend, the reason and the config once per distinct problem.
 """
 import functools
+import os
 import sys
 
 import torch
 
-from dg_triton.env import env_flag
+from dg_triton.env import env_flag, get_env
 
-SM90, SM100 = "sm90", "sm100"
+SM90, SM100, PORTABLE = "sm90", "sm100", "portable"
+
+# The public functions with a portable Triton kernel (dg_triton/triton/gemm_portable.py): for them
+# the portable backend counts as available whatever the caller lists, so a call site names only
+# the CUDA paths it has.
+PORTABLE_FUNCTIONS = frozenset(
+    [f"bf16_gemm_{alias}" for alias in ("nt", "nn", "tn", "tt")]
+    + [f"fp8_fp4_gemm_{alias}" for alias in ("nt", "nn", "tn", "tt")]
+    + ["fp8_gemm_nt_skip_head_mid"])
+
+_BACKEND_VARIABLE = "DG_BACKEND"
+_FORCE_PORTABLE, _FORCE_CUDA, _AUTO = "triton", "cuda", "auto"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _backend_for_device(device: torch.device) -> tuple[str | None, str]:
+    """The device's own CUDA backend (None if it has none) and why; queries the device once."""
     if device.type != "cuda":
         return None, f"device {device} is not a CUDA device"
     major, minor = torch.cuda.get_device_capability(device)
@@ -26,21 +53,83 @@ def _backend_for_device(device: torch.device) -> tuple[str | None, str]:
     return None, f"{name} is sm_{major}{minor}, which has no CUDA kernels in dg_triton"
 
 
+def _requested_backend() -> str:
+    # DG_BACKEND has no DJ_ fallback (env.py), so backend() may key its cache on os.environ alone.
+    value = (get_env(_BACKEND_VARIABLE) or _AUTO).strip().lower() or _AUTO
+    if value not in (_AUTO, _FORCE_PORTABLE, _FORCE_CUDA):
+        raise ValueError(f"environment variable {_BACKEND_VARIABLE} must be 'auto', 'triton' or 'cuda', "
+                         f"got {get_env(_BACKEND_VARIABLE)!r}")
+    return value
+
+
+def _interpreter_on() -> bool:
+    return env_flag("TRITON_INTERPRET")
+
+
+def _choose(function: str, device: torch.device, available: tuple[str, ...]) -> tuple[str | None, str]:
+    native, reason = _backend_for_device(device)
+    requested = _requested_backend()
+    portable_ok = PORTABLE in available and requested != _FORCE_CUDA
+    if device.type == "cuda":
+        if requested == _FORCE_PORTABLE and portable_ok:
+            return PORTABLE, f"{reason}; {_BACKEND_VARIABLE}=triton: portable Triton kernels"
+        if native is not None and native in available:
+            if requested == _FORCE_PORTABLE:
+                reason += f"; {_BACKEND_VARIABLE}=triton, but {function} has no portable kernel"
+            return native, reason
+        if native is not None:
+            reason += f", but {function} has no {native.upper()} kernel yet"
+        if portable_ok:
+            return PORTABLE, f"{reason}: portable Triton kernels"
+        if PORTABLE in available:
+            reason += f", and {_BACKEND_VARIABLE}=cuda rules out the portable Triton kernels"
+        return None, reason
+    if portable_ok and _interpreter_on():
+        return PORTABLE, f"{reason}; TRITON_INTERPRET=1: portable Triton kernels under the interpreter"
+    if PORTABLE in available:
+        reason += (" (the portable Triton kernels run on CPU tensors only under the interpreter: set "
+                   "TRITON_INTERPRET=1 before importing dg_triton)")
+    return None, reason
+
+
+# Choices per (function, device, available, DG_BACKEND[, TRITON_INTERPRET off CUDA]): the per-call
+# cost is an environment read and a dict look-up, not the building of a reason string.
+_choices: dict = {}
+# The reason of the latest choice per (function, device), for print_config_once.
+_reasons: dict = {}
+_environ = os.environ
+
+
 def backend(function: str, device: torch.device, available: tuple[str, ...]) -> str:
-    """The backend for `function` on `device` among those that implement it, else
-    NotImplementedError naming the function and the architecture."""
-    chosen, reason = _backend_for_device(device)
-    if chosen in available:
-        return chosen
+    """The backend for `function` on `device` among those that implement it (see the module
+    docstring), else NotImplementedError naming the function and the architecture."""
+    if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
+        available += (PORTABLE,)
+    key = (function, device, available, _environ.get(_BACKEND_VARIABLE))
+    if device.type != "cuda":  # an environment read costs ~0.3-2 us: only where it matters
+        key += (_environ.get("TRITON_INTERPRET"),)
+    choice = _choices.get(key)
+    if choice is None:
+        choice = _choices[key] = _choose(function, device, available)
+    chosen, reason = choice
     if chosen is not None:
-        reason += f", but {function} has no {chosen.upper()} kernel yet"
-    raise NotImplementedError(
-        f"{function}: no kernel for this device ({reason}); the portable Triton path is not built "
-        f"yet, so {function} runs on {', '.join(a.upper() for a in available)} GPUs only")
+        _reasons[function, device] = reason
+        return chosen
+    names = ", ".join("portable Triton" if a == PORTABLE else a.upper() for a in available)
+    raise NotImplementedError(f"{function}: no kernel for this device ({reason}); {function} has "
+                              f"{names} kernels")
+
+
+def clear_caches() -> None:
+    """Forget the device facts and choices (tests that fake devices)."""
+    _backend_for_device.cache_clear()
+    _choices.clear()
+    _reasons.clear()
 
 
 def backend_reason(device: torch.device) -> str:
-    return _backend_for_device(device)[1]
+    """Why the device gets the backend it gets, for a function with every backend."""
+    return _choose("every function", device, (SM90, SM100, PORTABLE))[1]
 
 
 _printed: set = set()
@@ -53,5 +142,5 @@ def print_config_once(function: str, problem: tuple, device: torch.device, confi
     if key in _printed:
         return
     _printed.add(key)
-    print(f"[dg_triton] {function}{problem} on {device}: {backend_reason(device)}; config {config}",
-          file=sys.stderr)
+    reason = _reasons.get((function, device)) or backend_reason(device)
+    print(f"[dg_triton] {function}{problem} on {device}: {reason}; config {config}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Dense GEMMs: D = C + A @ B (API.md 3.2). Every alias rewrites its physical operands into the
 logical NT problem (A [M, K], B [N, K]) with views, never copies; the NT core validates,
-dispatches and launches.
+dispatches (the SM90 CUDA kernel, or the portable Triton kernel: dispatch.py) and launches.
 """
 import torch
 
@@ -20,9 +20,13 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
         elif c is not d:
             d.copy_(c)
         return
+    backend = dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d
     if c is not None and c is not d:
-        dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d
         d.copy_(c)
+    if backend == dispatch.PORTABLE:
+        from dg_triton.triton import gemm_portable  # imports Triton: only when used
+        gemm_portable.bf16_gemm(function, a, b, d, c is not None)
+        return
     sm90_bf16_gemm.run(function, a, b, d, (m, n, k, a_k_major, b_k_major, device_index, layout),
                        addresses, c is not None, compiled_dims)
 

@@ -43,6 +43,8 @@ if [ "$bench" = 1 ]; then
     python3 benchmarks/profile_host.py 2>&1 | tee "$LOGS/host_profile.txt" | tail -20
     python3 benchmarks/bench_prologue.py 2>&1 | tee "$LOGS/bench_prologue.txt" | tail -30
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    python3 benchmarks/bench_gemm.py --family fp8_gemm 2>&1 | tee "$LOGS/bench_fp8.txt" | tail -12
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
     python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep 2>&1 | tee "$LOGS/bench.txt" | tail -45
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -1,0 +1,256 @@
+"""Config choice of the portable Triton GEMMs (dg_triton/triton/gemm_portable.py): tuned files
+written by ``python -m dg_triton.tune``, else a built-in default.
+
+A tuned file is ``autotune_configs/<arch>/<family>_portable.json`` (arch ``sm90``, ``sm80``,
+``sm120``, ...; family one of FAMILIES)::
+
+    {"family": ..., "backend": "portable", "arch": "sm90", "gpu": "NVIDIA H200",
+     "date": "2026-12-01T10:00:00+00:00", "versions": {"dg_triton": ..., "torch": ..., "triton": ...},
+     "entries": [{"m": 4096, "n": 2112, "k": 7168,
+                  "config": {"block_m": 128, "block_n": 128, "block_k": 128, "group_m": 8,
+                             "num_warps": 8, "num_stages": 3},
+                  "time_us": 123.4, "tflops": 512.0}, ...]}
+
+Each entry is the winner of a sweep at one problem size (the bucket). A problem takes the entry
+nearest to it in log2 space over (M, N, K): the same weights are the common case, and a different
+M (tokens) is what moves between calls. No file, or no entry, gives the default table below. The
+choice is cached per problem, so the per-call cost is one dict look-up.
+
+The defaults are starting points, not measurements: tile shapes that suit the tensor cores of
+each generation and compile without register spills (tests/test_compile_triton_gemm_portable.py),
+with the pipeline depth cut to what the device's shared memory holds.
+"""
+import datetime
+import functools
+import json
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+BF16_GEMM, FP8_GEMM_1D2D, FP8_GEMM_1D1D = "bf16_gemm", "fp8_gemm_1d2d", "fp8_gemm_1d1d"
+FAMILIES = (BF16_GEMM, FP8_GEMM_1D2D, FP8_GEMM_1D1D)
+_FP8_FAMILIES = (FP8_GEMM_1D2D, FP8_GEMM_1D1D)
+# The FP8 kernels step K by the scale-factor granularity.
+FP8_BLOCK_K = 128
+
+
+class PortableGemmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8) -> PortableGemmConfig:
+    return PortableGemmConfig(block_m, block_n, block_k, group_m, num_warps, num_stages)
+
+
+# (largest M, config) per family, first match wins, per tensor-core generation: "async" for SM90
+# (wgmma) and SM100 (tcgen05), whose MMA reads B from shared memory, so big tiles fit in
+# registers; "mma" for the mma.sync GPUs (SM80, SM86, SM89, SM120), which hold both operand
+# slices in registers: their tiles are smaller (64 x 128 x 128 FP8 on 4 warps spills there, on
+# 8 warps it does not). M <= 32 (decode) takes narrow tiles so that N alone spreads the work.
+# FP8 keeps two FP32 tiles live (the sum and the block's partial product): 128 x 128 on 8 warps
+# leaves a stack frame on SM100 with the skip-head-mid epilogue, 64 x 256 does not.
+_DEFAULTS = {
+    ("async", BF16_GEMM): ((32, _config(16, 64, 128, 4, 4)),
+                           (64, _config(64, 128, 64, 4, 4)),
+                           (128, _config(128, 128, 64, 8, 4)),
+                           (None, _config(128, 256, 64, 8, 3))),
+    ("mma", BF16_GEMM): ((32, _config(16, 64, 128, 4, 4)),
+                         (64, _config(64, 128, 64, 4, 4)),
+                         (None, _config(128, 128, 64, 8, 3))),
+    ("async", FP8_GEMM_1D2D): ((32, _config(16, 64, 128, 4, 4)),
+                               (128, _config(64, 128, 128, 4, 4)),
+                               (None, _config(64, 256, 128, 8, 3))),
+    ("mma", FP8_GEMM_1D2D): ((32, _config(16, 64, 128, 4, 4)),
+                             (None, _config(64, 128, 128, 8, 3))),
+}
+_DEFAULTS["async", FP8_GEMM_1D1D] = _DEFAULTS["async", FP8_GEMM_1D2D]
+_DEFAULTS["mma", FP8_GEMM_1D1D] = _DEFAULTS["mma", FP8_GEMM_1D2D]
+
+# Under the interpreter the cost is per operation, not per element, so tiles are mid-sized; they
+# still leave several tiles (and a partial GROUP_M band) on the test shapes.
+_INTERPRETER_DEFAULTS = {
+    BF16_GEMM: _config(32, 64, 64, 4, 1, group_m=2),
+    FP8_GEMM_1D2D: _config(32, 64, FP8_BLOCK_K, 4, 1, group_m=2),
+    FP8_GEMM_1D1D: _config(32, 64, FP8_BLOCK_K, 4, 1, group_m=2),
+}
+
+# Shared memory kept free of pipeline stages, for Triton's epilogue layout conversion.
+_EPILOGUE_SHARED_MEMORY = 8 * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Device facts
+
+
+@functools.cache
+def device_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+@functools.cache
+def _shared_memory_bytes(device: torch.device) -> int:
+    properties = torch.cuda.get_device_properties(device)
+    return getattr(properties, "shared_memory_per_block_optin", 0) or 48 * 1024
+
+
+def arch_name(capability: tuple[int, int]) -> str:
+    """The autotune_configs/ folder of a compute capability: (9, 0) -> 'sm90', (12, 0) -> 'sm120'."""
+    return f"sm{capability[0]}{capability[1]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tuned files
+
+
+def check_config(family: str, config: PortableGemmConfig, where: str = "config") -> PortableGemmConfig:
+    """ValueError naming `where` unless the config can compile: power-of-two blocks of at least
+    16 (tl.dot's minimum), FP8 block_k 128, 1-16 warps (a power of two), at least one stage."""
+    if family not in FAMILIES:
+        raise ValueError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
+    for name in ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
+    for name in ("block_m", "block_n", "block_k"):
+        value = getattr(config, name)
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"{where}: {name} must be a power of two >= 16, got {value}")
+    if family in _FP8_FAMILIES and config.block_k != FP8_BLOCK_K:
+        raise ValueError(f"{where}: block_k must be {FP8_BLOCK_K} for {family} (the scale-factor "
+                         f"granularity), got {config.block_k}")
+    if config.num_warps > 16 or config.num_warps & (config.num_warps - 1):
+        raise ValueError(f"{where}: num_warps must be a power of two <= 16, got {config.num_warps}")
+    return config
+
+
+def tuned_file_path(arch: str, family: str, root: Path | None = None) -> Path:
+    if root is None:
+        from dg_triton.paths import autotune_configs_dir
+        root = autotune_configs_dir()
+    return Path(root) / arch / f"{family}_portable.json"
+
+
+def make_tuned_document(family: str, arch: str, gpu: str, entries: list[dict]) -> dict:
+    """A tuned file's content; `entries` are dicts with m, n, k, config (PortableGemmConfig or
+    dict) and the measurements (time_us, tflops, ...)."""
+    import triton
+
+    import dg_triton
+    rows = []
+    for entry in entries:
+        config = entry["config"]
+        config = config._asdict() if isinstance(config, PortableGemmConfig) else dict(config)
+        rows.append({**entry, "config": config})
+    return {
+        "family": family,
+        "backend": "portable",
+        "arch": arch,
+        "gpu": gpu,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"dg_triton": dg_triton.__version__, "torch": torch.__version__,
+                     "triton": triton.__version__, "cuda": torch.version.cuda},
+        "entries": rows,
+    }
+
+
+def write_tuned_file(path: Path, document: dict) -> None:
+    """Writes atomically (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(document, indent=1) + "\n")
+    temporary.replace(path)
+
+
+def read_tuned_file(path: Path) -> list[tuple[tuple[int, int, int], PortableGemmConfig]]:
+    """((m, n, k), config) per entry; ValueError naming the file if it is malformed. A missing
+    file is no entries."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        document = json.loads(path.read_text())
+        family = document["family"]
+        entries = []
+        for index, entry in enumerate(document["entries"]):
+            where = f"{path}: entries[{index}]"
+            key = (int(entry["m"]), int(entry["n"]), int(entry["k"]))
+            if min(key) <= 0:
+                raise ValueError(f"{where}: m, n, k must be positive, got {key}")
+            config = check_config(family, PortableGemmConfig(**entry["config"]), where)
+            entries.append((key, config))
+    except (KeyError, TypeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a portable GEMM tuned file ({type(error).__name__}: {error})") from None
+    return entries
+
+
+def nearest_entry(entries, m: int, n: int, k: int):
+    """The config of the entry nearest to (m, n, k): least sum of |log2| ratios, the first entry
+    on ties; None without entries."""
+    best, best_distance = None, math.inf
+    for (em, en, ek), config in entries:
+        distance = abs(math.log2(m / em)) + abs(math.log2(n / en)) + abs(math.log2(k / ek))
+        if distance < best_distance:
+            best, best_distance = config, distance
+    return best
+
+
+@functools.cache
+def _tuned_entries(arch: str, family: str) -> tuple:
+    try:
+        path = tuned_file_path(arch, family)
+    except FileNotFoundError:  # an install without the autotune_configs folder: defaults only
+        return ()
+    return tuple(read_tuned_file(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Choice
+
+
+def _input_bytes(family: str) -> int:
+    return 1 if family in _FP8_FAMILIES else 2
+
+
+def default_config(family: str, m: int, capability: tuple[int, int], shared_memory_bytes: int) -> PortableGemmConfig:
+    """The built-in config for `family` at M = `m` on a GPU of that compute capability and shared
+    memory per block, its stages cut so that the operand tiles of every stage fit."""
+    generation = "async" if capability[0] in (9, 10) else "mma"
+    for largest_m, config in _DEFAULTS[generation, family]:
+        if largest_m is None or m <= largest_m:
+            break
+    stage_bytes = (config.block_m + config.block_n) * config.block_k * _input_bytes(family)
+    stages = max(1, min(config.num_stages, (shared_memory_bytes - _EPILOGUE_SHARED_MEMORY) // stage_bytes))
+    return config._replace(num_stages=stages)
+
+
+_chosen: dict = {}
+
+
+def choose_config(family: str, m: int, n: int, k: int, device: torch.device) -> PortableGemmConfig:
+    """The config of one problem: under the interpreter (a CPU device) the interpreter default;
+    on a GPU the nearest tuned entry of its arch, else the default. Cached per problem."""
+    key = (family, m, n, k, device)
+    config = _chosen.get(key)
+    if config is None:
+        if device.type != "cuda":
+            config = _INTERPRETER_DEFAULTS[family]
+        else:
+            config = nearest_entry(_tuned_entries(arch_name(device_capability(device)), family), m, n, k)
+            if config is None:
+                config = default_config(family, m, device_capability(device), _shared_memory_bytes(device))
+        _chosen[key] = config
+    return config
+
+
+def clear_caches() -> None:
+    """Forget loaded tuned files and cached choices (after a sweep wrote a file, and in tests)."""
+    _chosen.clear()
+    _tuned_entries.cache_clear()

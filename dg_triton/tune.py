@@ -1,0 +1,171 @@
+"""``python -m dg_triton.tune <family> [--shapes MxNxK ...]``: sweep the portable Triton GEMM's
+configs on the current GPU and write the winners to ``autotune_configs/<arch>/<family>_portable.json``
+(format in dg_triton/portable.py), which the portable path then reads (nearest bucket).
+
+Families: ``bf16_gemm`` (A, B K-major, bf16 D), ``fp8_gemm_1d2d`` (bf16 D), ``fp8_gemm_1d1d``
+(fp32 D, accumulating). Default shapes: the dense forward shapes of API.md 8 (M in {1, 128, 4096}
+x the seven DeepSeek-V3 (N, K)). Each candidate is timed from a CUDA graph (testing.bench_graph);
+candidates that fail to compile (shared memory, registers) are skipped; the winner of each shape
+is checked against the reference before it is written. Entries already in the file for other
+shapes are kept. Needs a CUDA GPU.
+"""
+import argparse
+import itertools
+import sys
+import time
+
+import torch
+
+from dg_triton import portable
+from dg_triton.portable import PortableGemmConfig
+
+DEFAULT_M = (1, 128, 4096)
+DEFAULT_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
+              (7168, 2048))
+_THRESHOLD = {portable.BF16_GEMM: 1e-5, portable.FP8_GEMM_1D2D: 1e-3, portable.FP8_GEMM_1D1D: 1e-3}
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is MxNxK (e.g. 4096x2112x7168), got {text!r}") from None
+    if min(m, n, k) <= 0:
+        raise argparse.ArgumentTypeError(f"a shape needs positive M, N, K, got {text!r}")
+    return m, n, k
+
+
+def candidates(family: str, m: int, shared_memory_bytes: int) -> list[PortableGemmConfig]:
+    """Configs worth timing at M = m: narrow (16-row) tiles only for decode-sized M, wide ones only
+    where M fills them; operand stages that fit in shared memory."""
+    fp8 = family != portable.BF16_GEMM
+    block_ms = [16, 32, 64] if m <= 32 else [64, 128] if m <= 256 else [64, 128, 256]
+    block_ks = [portable.FP8_BLOCK_K] if fp8 else [64, 128]
+    configs = []
+    # Kept small so that a family's sweep over the 21 default shapes stays within minutes: the
+    # binaries are shared across shapes, so the cost is ~one compile per config plus the timings.
+    for block_m, block_n, block_k, num_warps, num_stages, group_m in itertools.product(
+            block_ms, [64, 128, 256], block_ks, [4, 8], [3, 4], [8]):
+        stage_bytes = (block_m + block_n) * block_k * (1 if fp8 else 2)
+        if stage_bytes * num_stages > shared_memory_bytes - 8 * 1024:
+            continue
+        if block_m * block_n // (num_warps * 32) > 256:  # an accumulator beyond the register file
+            continue
+        configs.append(PortableGemmConfig(block_m, block_n, block_k, group_m, num_warps, num_stages))
+    return configs
+
+
+def _problem(family: str, m: int, n: int, k: int):
+    """(run(config), check(): calc_diff of the last run against the reference)."""
+    import dg_triton
+    from dg_triton import reference_fp8
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemm_portable
+    from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    if family == portable.BF16_GEMM:
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+        def run(config):
+            gemm_portable.bf16_gemm("tune", a, b, d, False, config)
+
+        return run, lambda: calc_diff(d.float(), a.float() @ b.float().T)
+    per_token_b = family == portable.FP8_GEMM_1D1D
+    a_fp8 = dg_triton.per_token_cast_to_fp8(a, False)
+    b_fp8 = dg_triton.per_token_cast_to_fp8(b, False) if per_token_b else dg_triton.per_block_cast_to_fp8(b, False)
+    sfa = get_mn_major_tma_aligned_tensor(a_fp8[1])
+    sfb = get_mn_major_tma_aligned_tensor(b_fp8[1]) if per_token_b else b_fp8[1]
+    kind = "1d1d" if per_token_b else "1d2d"
+    # 1D1D accumulates: the sweep adds into a zero D, so the check is the plain product.
+    d = torch.zeros(m, n, device="cuda", dtype=torch.float32 if per_token_b else torch.bfloat16)
+
+    def run(config):
+        gemm_portable.fp8_gemm("tune", a_fp8[0], sfa, b_fp8[0], sfb, d, kind, False, config=config)
+
+    recipe = (1, 1, 128) if per_token_b else None
+    return run, lambda: calc_diff(d.float(), reference_fp8.fp8_gemm_reference(a_fp8, b_fp8, d, None, recipe).float())
+
+
+def _progress(done: int, total: int, label: str, started: float) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    elapsed = time.perf_counter() - started
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:6.0f} s  {label:<40}",
+          end="", file=sys.stderr, flush=True)
+
+
+def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    from dg_triton.testing import bench_graph
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    capability = portable.device_capability(device)
+    shared_memory = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    plans = [(shape, candidates(family, shape[0], shared_memory)) for shape in shapes]
+    total = sum(len(configs) for _, configs in plans)
+    done, started = 0, time.perf_counter()
+    entries, skipped = [], []
+    for (m, n, k), configs in plans:
+        run, check = _problem(family, m, n, k)
+        best = None
+        for config in configs:
+            _progress(done, total, f"{m}x{n}x{k} {tuple(config)}", started)
+            done += 1
+            try:
+                microseconds = bench_graph(lambda config=config, run=run: run(config), warmup_ms=5,
+                                           rep_ms=rep_ms)
+            except (OutOfResources, CompilationError) as error:  # too big for this GPU: not a candidate
+                skipped.append(f"{m}x{n}x{k} {tuple(config)}: {type(error).__name__}")
+                continue
+            if best is None or microseconds < best[0]:
+                best = (microseconds, config)
+        if best is None:
+            print(f"\nno config ran for {m}x{n}x{k}", file=sys.stderr)
+            continue
+        run(best[1])
+        torch.cuda.synchronize()
+        diff = float(check())
+        if not diff < _THRESHOLD[family]:
+            raise RuntimeError(f"{family} {m}x{n}x{k}: the winner {best[1]} gives calc_diff {diff:.3g}")
+        entries.append({"m": m, "n": n, "k": k, "config": best[1], "time_us": round(best[0], 2),
+                        "tflops": round(2 * m * n * k / best[0] / 1e6, 1)})
+    _progress(done, total, "done", started)
+    print(file=sys.stderr)
+
+    arch = portable.arch_name(capability)
+    path = portable.tuned_file_path(arch, family, out_root)
+    measured = {(e["m"], e["n"], e["k"]) for e in entries}
+    kept = []
+    if path.is_file():
+        import json
+        kept = [e for e in json.loads(path.read_text())["entries"] if (e["m"], e["n"], e["k"]) not in measured]
+    document = portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
+    portable.write_tuned_file(path, document)
+    portable.clear_caches()
+    print(f"wrote {len(entries)} entries ({len(kept)} kept) to {path}; {len(skipped)} candidates did not "
+          f"fit this GPU", file=sys.stderr)
+    return document
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dg_triton.tune", description=__doc__.split("\n\n")[0])
+    parser.add_argument("family", choices=portable.FAMILIES)
+    parser.add_argument("--shapes", nargs="+", type=parse_shape, metavar="MxNxK",
+                        help="problem sizes (default: API.md 8 dense forward shapes)")
+    parser.add_argument("--out", default=None, help="root folder instead of the package's autotune_configs/")
+    parser.add_argument("--rep-ms", type=float, default=20, help="timing per candidate (ms of replays)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("dg_triton.tune: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    shapes = args.shapes or [(m, n, k) for m in DEFAULT_M for n, k in DEFAULT_NK]
+    sweep(args.family, shapes, args.out, args.rep_ms)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

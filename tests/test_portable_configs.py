@@ -1,0 +1,126 @@
+"""Config choice of the portable Triton GEMMs (dg_triton/portable.py) and the sweep's helpers
+(dg_triton/tune.py), on the CPU: tuned-file round trip, nearest-bucket look-up, defaults."""
+import json
+
+import pytest
+import torch
+
+from dg_triton import portable, tune
+from dg_triton.portable import PortableGemmConfig
+
+CONFIG_A = PortableGemmConfig(128, 128, 128, 8, 8, 3)
+CONFIG_B = PortableGemmConfig(16, 64, 128, 8, 4, 4)
+CONFIG_C = PortableGemmConfig(64, 256, 128, 8, 8, 3)
+
+
+def _entries():
+    return [{"m": 4096, "n": 2112, "k": 7168, "config": CONFIG_A, "time_us": 100.0, "tflops": 1.0},
+            {"m": 1, "n": 2112, "k": 7168, "config": CONFIG_B, "time_us": 10.0, "tflops": 1.0},
+            {"m": 4096, "n": 24576, "k": 1536, "config": CONFIG_C, "time_us": 90.0, "tflops": 1.0}]
+
+
+def test_tuned_file_round_trip(tmp_path):
+    document = portable.make_tuned_document(portable.FP8_GEMM_1D2D, "sm90", "NVIDIA H200", _entries())
+    path = portable.tuned_file_path("sm90", portable.FP8_GEMM_1D2D, tmp_path)
+    assert path == tmp_path / "sm90" / "fp8_gemm_1d2d_portable.json"
+    portable.write_tuned_file(path, document)
+    stored = json.loads(path.read_text())
+    assert stored["gpu"] == "NVIDIA H200" and stored["backend"] == "portable" and stored["arch"] == "sm90"
+    assert {"dg_triton", "torch", "triton"} <= set(stored["versions"]) and stored["date"]
+    assert stored["entries"][0]["time_us"] == 100.0
+    assert portable.read_tuned_file(path) == [((4096, 2112, 7168), CONFIG_A), ((1, 2112, 7168), CONFIG_B),
+                                              ((4096, 24576, 1536), CONFIG_C)]
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_missing_tuned_file_has_no_entries(tmp_path):
+    assert portable.read_tuned_file(tmp_path / "sm80" / "bf16_gemm_portable.json") == []
+
+
+@pytest.mark.parametrize("broken", [
+    lambda doc: doc["entries"][0]["config"].update(block_m=96),       # not a power of two
+    lambda doc: doc["entries"][0]["config"].update(block_k=64),       # FP8 steps K by 128
+    lambda doc: doc["entries"][0].pop("k"),
+    lambda doc: doc["entries"][0]["config"].update(colour="red"),
+])
+def test_malformed_tuned_file_is_an_error_naming_it(tmp_path, broken):
+    document = portable.make_tuned_document(portable.FP8_GEMM_1D2D, "sm90", "GPU", _entries())
+    broken(document)
+    path = tmp_path / "sm90" / "fp8_gemm_1d2d_portable.json"
+    portable.write_tuned_file(path, document)
+    with pytest.raises(ValueError, match="fp8_gemm_1d2d_portable.json"):
+        portable.read_tuned_file(path)
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ((4096, 2112, 7168), CONFIG_A),    # exact
+    ((3000, 2112, 7168), CONFIG_A),    # nearest M
+    ((2, 2112, 7168), CONFIG_B),
+    ((64, 2112, 7168), CONFIG_A),      # log2 distance 6 to both M=1 and M=4096: the first entry wins
+    ((128, 2112, 7168), CONFIG_A),
+    ((4096, 16384, 2048), CONFIG_C),   # nearest (N, K)
+])
+def test_nearest_bucket(shape, expected):
+    entries = [((e["m"], e["n"], e["k"]), e["config"]) for e in _entries()]
+    assert portable.nearest_entry(entries, *shape) == expected
+
+
+def test_nearest_bucket_without_entries_is_none():
+    assert portable.nearest_entry([], 1, 2, 3) is None
+
+
+def test_choose_config_reads_the_tuned_file_of_the_arch_and_falls_back_to_defaults(monkeypatch, tmp_path):
+    portable.write_tuned_file(portable.tuned_file_path("sm90", portable.BF16_GEMM, tmp_path),
+                              portable.make_tuned_document(portable.BF16_GEMM, "sm90", "GPU", [
+                                  {"m": 4096, "n": 4096, "k": 4096,
+                                   "config": PortableGemmConfig(128, 64, 32, 4, 4, 2)}]))
+    monkeypatch.setattr(portable, "tuned_file_path",
+                        lambda arch, family, root=None: tmp_path / arch / f"{family}_portable.json")
+    capabilities = {0: (9, 0), 1: (8, 0)}
+    monkeypatch.setattr(portable, "device_capability", lambda device: capabilities[device.index])
+    monkeypatch.setattr(portable, "_shared_memory_bytes", lambda device: 163 * 1024)
+    portable.clear_caches()
+    try:
+        tuned = portable.choose_config(portable.BF16_GEMM, 2048, 4096, 4096, torch.device("cuda", 0))
+        assert tuned == PortableGemmConfig(128, 64, 32, 4, 4, 2)
+        untuned = portable.choose_config(portable.BF16_GEMM, 2048, 4096, 4096, torch.device("cuda", 1))
+        assert untuned == portable.default_config(portable.BF16_GEMM, 2048, (8, 0), 163 * 1024)
+        fp8 = portable.choose_config(portable.FP8_GEMM_1D2D, 2048, 4096, 4096, torch.device("cuda", 0))
+        assert fp8 == portable.default_config(portable.FP8_GEMM_1D2D, 2048, (9, 0), 163 * 1024)
+    finally:
+        portable.clear_caches()
+
+
+@pytest.mark.parametrize("family", portable.FAMILIES)
+@pytest.mark.parametrize("capability, shared_memory", [((9, 0), 227 * 1024), ((10, 0), 227 * 1024),
+                                                       ((8, 0), 163 * 1024), ((8, 9), 99 * 1024),
+                                                       ((12, 0), 99 * 1024)])
+def test_defaults_are_valid_and_fit_in_shared_memory(family, capability, shared_memory):
+    for m in (1, 32, 64, 128, 4096):
+        config = portable.check_config(family, portable.default_config(family, m, capability, shared_memory))
+        element = 2 if family == portable.BF16_GEMM else 1
+        stage_bytes = (config.block_m + config.block_n) * config.block_k * element
+        assert config.num_stages >= 2 and config.num_stages * stage_bytes <= shared_memory
+
+
+@pytest.mark.parametrize("family", portable.FAMILIES)
+def test_sweep_candidates_are_valid_and_fit(family):
+    for m in (1, 128, 4096):
+        configs = tune.candidates(family, m, 227 * 1024)
+        assert configs and len(configs) <= 72
+        for config in configs:
+            portable.check_config(family, config)
+
+
+def test_shape_argument():
+    assert tune.parse_shape("4096x2112x7168") == (4096, 2112, 7168)
+    for bad in ("4096x2112", "ax1x1", "0x1x1"):
+        with pytest.raises(Exception, match="MxNxK|positive"):
+            tune.parse_shape(bad)
+
+
+def test_tune_without_a_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    assert tune.main(["bf16_gemm", "--shapes", "128x128x128"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
