@@ -10,6 +10,9 @@ portable one for PORTABLE_FUNCTIONS):
    (the Triton interpreter, for tests and prototyping);
 3. otherwise NotImplementedError naming the function and the device.
 
+FP8 calls on SM100 never get here: validation_fp8 refuses them first, because SM100's scale-factor
+transform packs UE8M0 scales that neither an SM100 kernel (none yet) nor the portable kernel reads.
+
 ``DG_BACKEND`` overrides step 1: ``triton`` takes the portable path wherever the function has one
 (on SM90 too, so both paths can be compared on one GPU); ``cuda`` never takes it; ``auto`` (or
 unset) is the order above. The device facts are cached per device; the variables are read on

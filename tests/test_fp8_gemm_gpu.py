@@ -2,7 +2,9 @@
 issue 4 (forward at M in {1, 64, 128, 4096} x the 7 DeepSeek (N, K), dgrad, wgrad with the 1D1D
 recipe and accumulation, M tails, skip-head-mid), CUDA-graph capture.
 
-Inputs are randn BF16, quantized with our casts the way DeepGEMM's tests do (per-token 1x128 for A,
+Inputs are randn BF16 with a magnitude of 2^e (e in [-3, 3]) per scale group, so that a scale
+applied to the wrong group shows (plain randn gives nearly equal scales everywhere), quantized with
+our casts the way DeepGEMM's tests do (per-token 1x128 for A,
 per-block 128x128 for B in 1D2D, per-token for B in 1D1D), scales passed as plain row-major FP32 so
 the public layer's scale-layout transform is exercised too. The reference is API.md 8's: the
 unquantized inputs multiplied in FP32 (so the FP8 error is included), threshold calc_diff < 1e-3.
@@ -27,8 +29,10 @@ def _sm90_only():
 def _quantized(m, n, k, per_token_b=False):
     import dg_triton
 
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    from test_fp8_gemm_kernel_gpu import scale_groups_apart
+
+    a = scale_groups_apart(m, k, 1)
+    b = scale_groups_apart(n, k, 1 if per_token_b else 128)
     a_fp8 = dg_triton.per_token_cast_to_fp8(a, False)
     b_fp8 = dg_triton.per_token_cast_to_fp8(b, False) if per_token_b else dg_triton.per_block_cast_to_fp8(b, False)
     return a, b, a_fp8, b_fp8

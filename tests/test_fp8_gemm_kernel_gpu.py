@@ -5,10 +5,12 @@ skip-head-mid's column remap), independent of what the heuristics pick. The publ
 (validation, aliases, the API.md 8 shapes) call the same kernel through dg_triton.fp8_gemm_*.
 
 Operands are quantized with our casts (per-token 1x128 for A, per-block 128x128 or per-token for
-B); outputs are poisoned with NaN before the call. Two references: the dequantized operands
-multiplied in FP32 (what the kernel computes up to FP32 accumulation order; a wrong scale shows
-up as calc_diff ~ 0.1) and the unquantized BF16 inputs (API.md 8's reference, FP8 error
-included); both must give calc_diff < 1e-3.
+B); outputs are poisoned with NaN before the call. The inputs' magnitudes vary by up to 2^3 either
+way from one 128-wide scale group to the next (randn alone gives nearly equal scales everywhere,
+and a kernel reading the wrong scale would pass at calc_diff ~ 2e-3). Two references: the
+dequantized operands multiplied in FP32 (what the kernel computes up to FP32 accumulation order)
+and the unquantized BF16 inputs (API.md 8's reference, FP8 error included); both must give
+calc_diff < 1e-3.
 """
 import pytest
 import torch
@@ -30,11 +32,19 @@ def _dequantize(q, sf, block_rows, block_cols=128):
     return q.float() * scale
 
 
+def scale_groups_apart(rows, cols, block_rows):
+    """randn [rows, cols] times 2^e, e in [-3, 3] drawn per block_rows x 128 group: every scale
+    group gets its own magnitude, so a scale applied to the wrong group shows."""
+    exponents = torch.randint(-3, 4, (-(-rows // block_rows), -(-cols // 128)), device="cuda").float()
+    factor = torch.exp2(exponents).repeat_interleave(block_rows, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+    return (torch.randn(rows, cols, device="cuda") * factor).to(torch.bfloat16)
+
+
 def _operands(m, n, k, kind):
     import dg_triton
 
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a = scale_groups_apart(m, k, 1)
+    b = scale_groups_apart(n, k, 128 if kind == "1d2d" else 1)
     a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
     if kind == "1d2d":
         b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)

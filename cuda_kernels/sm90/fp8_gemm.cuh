@@ -114,8 +114,10 @@ struct BlockScales {
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
             for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
-                // Columns come in pairs from an even index; ld_sfb = align(N, 4), so reading the
-                // pair whenever its first column is inside N stays inside the allocation.
+                // Columns come in pairs from an even index. With an odd N the pair at the edge
+                // reads one float past column N-1: inside the TMA-aligned row (ld_sfb =
+                // align(N, 4)) for every row but possibly the last K block's, where it may touch
+                // the allocator's rounding; that value only scales column N, which the store clips.
                 const uint32_t col = n0 + fragment_col(t);
                 float2 pair = make_float2(0.0f, 0.0f);
                 if (col < n)
