@@ -18,7 +18,8 @@ import torch
 from dg_triton import dispatch, settings, validation_fp8
 from dg_triton.kernels import sm90_fp8_gemm
 from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmProblem
-from dg_triton.utils.layout import transform_sf_into_required_layout
+from dg_triton.reference_sf_layout import is_mn_major_tma_aligned
+from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor, transform_sf_into_required_layout
 from dg_triton.validation_fp8 import KIND_1D2D
 
 __all__ = [
@@ -34,15 +35,25 @@ __all__ = [
 ]
 
 
-def _launch(function: str, ops, scaling, d, c, compiled_dims: str, disable_ue8m0_cast: bool,
+def _launch(function: str, rules, ops, scaling, d, c, compiled_dims: str, disable_ue8m0_cast: bool,
             head_splits) -> None:
     """A validated, non-empty problem: SF layouts, then the SM90 or the portable kernel."""
     backend = dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d or the SFs
     m, n, k = ops.m, ops.n, ops.k
-    sfa = transform_sf_into_required_layout(ops.sfa, m, k, scaling.gran_a,
-                                            disable_ue8m0_cast=disable_ue8m0_cast)
-    sfb = transform_sf_into_required_layout(ops.sfb, n, k, scaling.gran_b,
-                                            disable_ue8m0_cast=disable_ue8m0_cast)
+    if rules is validation_fp8.SM90_RULES:
+        # What transform_sf_into_required_layout does with SFs the SM90 rules have already
+        # checked (fp32, exact shapes, per-block SFB strides), without checking them again: that
+        # re-check was ~20 us of a ~60 us host call on the CI machine. Per-token SFs go to the
+        # TMA-aligned MN-major layout (no copy when they are in it); a per-block SFB stays.
+        sfa = ops.sfa if is_mn_major_tma_aligned(ops.sfa) else get_mn_major_tma_aligned_tensor(ops.sfa)
+        sfb = ops.sfb
+        if scaling.kind != KIND_1D2D and not is_mn_major_tma_aligned(sfb):
+            sfb = get_mn_major_tma_aligned_tensor(sfb)
+    else:
+        sfa = transform_sf_into_required_layout(ops.sfa, m, k, scaling.gran_a,
+                                                disable_ue8m0_cast=disable_ue8m0_cast)
+        sfb = transform_sf_into_required_layout(ops.sfb, n, k, scaling.gran_b,
+                                                disable_ue8m0_cast=disable_ue8m0_cast)
     if scaling.kind == KIND_1D2D and not sfb.is_contiguous():
         # DeepGEMM takes the per-block SFB row-major or transpose-contiguous; the kernel reads
         # row-major, and the copy is ceil(N/128) * ceil(K/128) floats.
@@ -76,7 +87,7 @@ def _fp8_gemm(function: str, a, b, d, c, recipe, recipe_a, recipe_b, compiled_di
             d.copy_(c)
         return
     scaling = validation_fp8.scaling(function, rules, ops, d, c, recipe, recipe_a, recipe_b, transposed)
-    _launch(function, ops, scaling, d, c, compiled_dims, disable_ue8m0_cast, None)
+    _launch(function, rules, ops, scaling, d, c, compiled_dims, disable_ue8m0_cast, None)
 
 
 def _transpose(t):
@@ -144,4 +155,4 @@ def fp8_gemm_nt_skip_head_mid(a, b, d, head_splits, recipe=None, compiled_dims: 
     if ops.m == 0:
         return
     scaling = validation_fp8.scaling(function, rules, ops, d, None, recipe, None, None, skip_head_mid=True)
-    _launch(function, ops, scaling, d, None, compiled_dims, disable_ue8m0_cast, head_splits)
+    _launch(function, rules, ops, scaling, d, None, compiled_dims, disable_ue8m0_cast, head_splits)
