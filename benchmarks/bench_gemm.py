@@ -4,6 +4,11 @@ in the same run (ANCHORS.md "Method": CUDA-graph replay of one call, L2 flushed,
     python benchmarks/bench_gemm.py --family bf16_gemm            # the API.md 8 shapes
     python benchmarks/bench_gemm.py --family bf16_gemm --sweep    # also time every candidate config
     python benchmarks/bench_gemm.py --family fp8_gemm             # FP8 1D2D and 1D1D (issue 4)
+    python benchmarks/bench_gemm.py --family fp8_gemm --backend triton   # the portable path (issue 6)
+
+With --backend triton (DG_BACKEND=triton) rows are named "<name>:portable"; they replace the
+portable rows of the family's JSON file and keep the CUDA rows (BENCH_FORMAT.md), and the table
+goes to <family>-<gpu>-portable.md.
 
 Prints one table and writes benchmarks/results/<family>-<gpu>.json (BENCH_FORMAT.md) and .md.
 """
@@ -27,6 +32,9 @@ import dg_triton  # noqa: E402
 from dg_triton import testing, validation  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
+
+# ":portable" when --backend triton: appended to every row name.
+NAME_SUFFIX = ""
 
 NK_PAIRS = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
             (7168, 2048)]
@@ -116,7 +124,7 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
             cublas_times.append(testing.bench_graph(cublas))
     us = statistics.median(ours_times)
     cublas_us = statistics.median(cublas_times) if cublas_times else None
-    row = {"name": "bf16_gemm_nt", "shape": {"m": m, "n": n, "k": k, "out": str(out_dtype)},
+    row = {"name": "bf16_gemm_nt" + NAME_SUFFIX, "shape": {"m": m, "n": n, "k": k, "out": str(out_dtype)},
            "ours": {"us": round(us, 2), "tflops": round(tflops(m, n, k, us), 1), "gbps": None,
                     "calc_diff": diff},
            "baselines": {}}
@@ -127,10 +135,11 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                                                "tflops": round(tflops(m, n, k, anchor_us), 1),
                                                "source": "ANCHORS.md"}
     rows.append(row)
-    plan = next(p for kk, p in sm90_bf16_gemm._plans.items()
-                if kk[0][:3] == (m, n, k) and kk[0][6][0] == out_dtype and kk[4] is None)
-    cfg = plan.spec.config
+    plan = next((p for kk, p in sm90_bf16_gemm._plans.items()
+                 if kk[0][:3] == (m, n, k) and kk[0][6][0] == out_dtype and kk[4] is None), None)
+    cfg = plan.spec.config if plan else None
     table.append((m, n, k, str(out_dtype).replace("torch.", ""),
+                  "portable" if cfg is None else
                   f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else "")
                   + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else "")
                   + (f"cm{cfg.cluster_m}" if cfg.cluster_m > 1 else ""),
@@ -201,6 +210,12 @@ DEEPGEMM_FP8_TFLOPS = {
     128: [266, 82, 470, 306, 637, 433, 303],
     64: [143, 41, 243, 171, 340, 221, 164],
 }
+# ANCHORS.md, vLLM's Triton block-FP8 kernel with its tuned H200 configs, TFLOPS.
+VLLM_TRITON_FP8_TFLOPS = {
+    4096: [575, 416, 602, 471, 637, 659, 635],
+    128: [127, 32, 309, 240, 384, 193, 241],
+    64: [56, 24, 221, 163, 223, 97, 116],
+}
 DEEPGEMM_FP8_M1_US = [16.4, 13.8, 20.8, 12.3, 45.3, 19.0, 12.3]
 
 
@@ -254,7 +269,7 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table):
             base_times.append(testing.bench_graph(baseline_fn))
     us = statistics.median(ours_times)
     base_us = statistics.median(base_times) if base_times else None
-    name = "fp8_gemm_nt" if kind == "1d2d" else "fp8_gemm_nt:1d1d"
+    name = ("fp8_gemm_nt" if kind == "1d2d" else "fp8_gemm_nt:1d1d") + NAME_SUFFIX
     row = {"name": name, "shape": {"m": m, "n": n, "k": k},
            "ours": {"us": round(us, 2), "tflops": round(tflops(m, n, k, us), 1), "calc_diff": diff,
                     "gbps": round((m * k + n * k + m * n * d.element_size()) / us / 1e3, 1) if m <= 64 else None},
@@ -265,6 +280,11 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table):
         row["baselines"]["deepgemm_anchor"] = {"us": round(anchor_us, 2),
                                                "tflops": round(tflops(m, n, k, anchor_us), 1),
                                                "source": "ANCHORS.md"}
+    vllm = VLLM_TRITON_FP8_TFLOPS.get(m)
+    if vllm and group == "forward":
+        tf = vllm[NK_PAIRS.index((n, k))]
+        row["baselines"]["vllm_triton_anchor"] = {"us": round(2 * m * n * k / tf / 1e6, 2), "tflops": tf,
+                                                  "source": "ANCHORS.md"}
     rows.append(row)
     table.append((kind, group, m, n, k, us, tflops(m, n, k, us), baseline, base_us, anchor_us))
 
@@ -293,6 +313,11 @@ def fp8_main(ms, rows):
                   if mm == m and b and group == "forward"]
         lines.append(f"M={m}: 1D2D geomean vs cuBLAS ({'per-tensor' if m == 1 else 'block-wise'}) "
                      f"{geomean(ratios):.3f} (worst {min(ratios) if ratios else float('nan'):.3f})")
+    for m in ms:
+        vllm = [row["baselines"]["vllm_triton_anchor"]["us"] / row["ours"]["us"] for row in rows
+                if row["shape"]["m"] == m and "vllm_triton_anchor" in row["baselines"]]
+        if vllm:
+            lines.append(f"M={m}: 1D2D geomean vs vLLM's Triton kernel (ANCHORS.md) {geomean(vllm):.3f}")
     wgrad = {}
     for kind, group, m, n, k, us, tf, *_ in table:
         if group == "wgrad":
@@ -309,7 +334,14 @@ def main():
     parser.add_argument("--sweep", action="store_true", help="also time every candidate config")
     parser.add_argument("--ms", default="4096,128,64,1", help="comma-separated M values")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--backend", default="cuda", choices=["cuda", "triton"],
+                        help="triton: time the portable Triton path (DG_BACKEND=triton)")
     args = parser.parse_args()
+    global NAME_SUFFIX
+    if args.backend == "triton":
+        os.environ["DG_BACKEND"] = "triton"
+        NAME_SUFFIX = ":portable"
+        args.sweep = False  # the sweep times CUDA configs
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device; nothing to time")
         return 0
@@ -331,8 +363,9 @@ def main():
     for n, k in ((256, 7168), (129280, 7168)):  # fp32-out shapes of API.md 8
         bench_shape(4096, n, k, torch.float32, None, False, rows, table, tuned)
     extra = []
-    host_overhead(rows, extra)
-    jit_times(rows, extra)
+    if args.backend == "cuda":
+        host_overhead(rows, extra)
+        jit_times(rows, extra)
 
     lines = [f"# bf16_gemm on {gpu}, {datetime.date.today()}", "",
              f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", "",
@@ -357,16 +390,24 @@ def write_results(args, gpu, rows, text, tuned):
         results = ROOT / "benchmarks" / "results"
         results.mkdir(parents=True, exist_ok=True)
         slug = "h200" if "H200" in gpu else gpu.lower().replace(" ", "_")
+        json_path = results / f"{args.family}-{slug}.json"
+        # One file per family and GPU holds both paths: keep the other path's rows.
+        kept = []
+        if json_path.is_file():
+            portable = args.backend == "triton"
+            kept = [row for row in json.loads(json_path.read_text()).get("rows", [])
+                    if row["name"].endswith(":portable") != portable]
         payload = {"family": args.family, "gpu": gpu, "date": str(datetime.date.today()),
-                   "versions": versions(), "command": f"python {' '.join(sys.argv)}", "rows": rows}
-        (results / f"{args.family}-{slug}.json").write_text(json.dumps(payload, indent=1) + "\n")
-        (results / f"{args.family}-{slug}.md").write_text(text + "\n")
+                   "versions": versions(), "command": f"python {' '.join(sys.argv)}", "rows": kept + rows}
+        json_path.write_text(json.dumps(payload, indent=1) + "\n")
+        suffix = "-portable" if args.backend == "triton" else ""
+        (results / f"{args.family}-{slug}{suffix}.md").write_text(text + "\n")
         if tuned:
             (results / f"{args.family}-{slug}-tuned.json").write_text(json.dumps({"entries": tuned}, indent=1) + "\n")
         out_dir = os.environ.get("OUT")
         if out_dir:
             (Path(out_dir) / f"{args.family}-{slug}.json").write_text(json.dumps(payload, indent=1) + "\n")
-            (Path(out_dir) / f"{args.family}-{slug}.md").write_text(text + "\n")
+            (Path(out_dir) / f"{args.family}-{slug}{suffix}.md").write_text(text + "\n")
             if tuned:
                 (Path(out_dir) / f"{args.family}-{slug}-tuned.json").write_text(
                     json.dumps({"entries": tuned}, indent=1) + "\n")

@@ -2,7 +2,8 @@
 # The GPU check (DESIGN.md): on a machine with an SM90 GPU, from a checkout, with no network.
 # Installs what the machine lacks from local wheels (.whl/, if present), runs the GPU tests, then
 # the benchmarks, and prints a short table last. Logs go to $OUT (or ./gpu_check_logs).
-#   bash scripts/gpu_check.sh [--sweep] [--skip-tests] [--skip-bench]
+#   bash scripts/gpu_check.sh [--sweep] [--skip-tests] [--skip-bench] [--portable]
+# --portable also times the portable Triton GEMMs (DG_BACKEND=triton) on the same shapes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-$PWD/gpu_check_logs}"
@@ -13,12 +14,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         --target /tmp/dg_site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/dg_site"
 fi
 export DG_JIT_CACHE_DIR="${DG_JIT_CACHE_DIR:-$PWD/.jitcache}"
-sweep="" tests=1 bench=1
+sweep="" tests=1 bench=1 portable=0
 for arg in "$@"; do
     case "$arg" in
         --sweep) sweep="--sweep" ;;
         --skip-tests) tests=0 ;;
         --skip-bench) bench=0 ;;
+        --portable) portable=1 ;;
     esac
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noheader | tee "$LOGS/gpu.txt"
@@ -47,5 +49,12 @@ if [ "$bench" = 1 ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep 2>&1 | tee "$LOGS/bench.txt" | tail -45
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    if [ "$portable" = 1 ]; then
+        for family in fp8_gemm bf16_gemm; do
+            python3 benchmarks/bench_gemm.py --family $family --backend triton --ms 4096,128,64 2>&1 \
+                | tee "$LOGS/bench_${family}_portable.txt" | tail -8
+            [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        done
+    fi
 fi
 exit $status
