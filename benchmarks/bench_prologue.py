@@ -18,6 +18,7 @@ import datetime
 import functools
 import json
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -66,9 +67,19 @@ def same(label, ours, ref, exact=True):
             assert int(step.max()) <= 1, tag
 
 
+# Cases whose check failed (not timed) or whose group raised: the run goes on and exits 1.
+FAILURES = []
+
+
 def case_rows(rows, table, name, shape, ours_fn, eager_fn, moved_bytes, check):
-    """Times one kernel, the copy of the same bytes and the torch composite; appends the rows."""
-    check()
+    """Times one kernel, the copy of the same bytes and the torch composite; appends the rows.
+    A failed check is recorded and the case is not timed."""
+    try:
+        check()
+    except AssertionError as error:
+        FAILURES.append(f"{name} {shape}: check FAILED: {error}")
+        print(FAILURES[-1], flush=True)
+        return
     ours_us = testing.bench_graph(ours_fn)
     src = torch.empty(moved_bytes // 2, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -162,6 +173,8 @@ def swiglu_cases(rows, table):
               nbytes(x, weights, q, sf), lambda: same("swiglu", fused(), eager(), exact=False))
     unfused = lambda: dg_triton.per_token_cast_to_fp8(activation.swiglu(x, routing_weights=weights),  # noqa: E731
                                                       False, tma_aligned_sf=True)
+    if not rows or rows[-1]["name"] != "swiglu_per_token_cast_to_fp8":
+        return  # the fused check failed (recorded): nothing to compare
     fused_us = rows[-1]["ours"]["us"]
     unfused_us = testing.bench_graph(unfused)
     rows[-1]["baselines"]["ours_unfused"] = {"us": round(unfused_us, 2),
@@ -213,7 +226,11 @@ def main():
         return 0
     rows, table = [], []
     for group in (casts, sf_layouts, swiglu_cases, moe_cases):
-        group(rows, table)
+        try:
+            group(rows, table)
+        except Exception as error:  # report and go on: one broken group must not lose the others
+            traceback.print_exc()
+            FAILURES.append(f"{group.__name__}: {type(error).__name__}: {error}")
     gpu = torch.cuda.get_device_name()
     lines = [f"# prologue kernels on {gpu}, {datetime.date.today()}", "",
              f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", "",
@@ -223,6 +240,7 @@ def main():
         lines.append(f"| {name} | {shape} | {us:.1f} | {gbps and f'{gbps:.0f}' or '-'} | "
                      f"{copy_us and f'{copy_us:.1f}' or '-'} | {copy_us and f'{copy_us / us:.2f}' or '-'} | "
                      f"{eager_us and f'{eager_us:.1f}' or '-'} | {eager_us and f'{eager_us / us:.1f}' or '-'} |")
+    lines += [""] + [f"FAILED: {failure}" for failure in FAILURES]
     print("\n".join(lines))
     if not args.no_write:
         results = ROOT / "benchmarks" / "results"
@@ -230,7 +248,7 @@ def main():
         (results / "prologue-h200.json").write_text(json.dumps(
             {"family": "prologue", "gpu": gpu, "date": str(datetime.date.today()), "versions": versions(),
              "command": f"python {' '.join(sys.argv)}", "rows": rows}, indent=1) + "\n")
-    return 0
+    return 1 if FAILURES else 0
 
 
 if __name__ == "__main__":
