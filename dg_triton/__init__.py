@@ -15,6 +15,7 @@ from dg_triton.errors import DGArgumentError
 from dg_triton.fp8_gemm import (fp8_fp4_gemm_nn, fp8_fp4_gemm_nt, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt,
                                 fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_nt_skip_head_mid, fp8_gemm_tn,
                                 fp8_gemm_tt)
+from dg_triton.grouped import m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nt_masked
 from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
 from dg_triton.moe_layout import moe_permute_contiguous, moe_permute_masked, moe_unpermute_combine
 from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,
