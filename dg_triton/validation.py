@@ -66,6 +66,18 @@ def _same_device(function: str, d, device_index: int, named_tensors) -> None:
             raise reject(function, name, f"on {d.device} like d", t.device)
 
 
+def check_c(function: str, c, d_dtype, d_shape, m: int, n: int) -> None:
+    """A `c` other than d itself (API.md 1.3): a tensor of d's dtype and shape, N-major."""
+    if not isinstance(c, _Tensor):
+        raise reject(function, "c", "a torch.Tensor or None", type(c).__name__)
+    if c.dtype != d_dtype:
+        raise reject(function, "c", f"of d's dtype {d_dtype}", c.dtype)
+    if c.shape != d_shape:
+        raise reject(function, "c", f"of shape {(m, n)} like d", tuple(c.shape))
+    if c.stride(1) != 1 and n > 1:
+        raise reject(function, "c", "N-major (stride(-1) == 1)", f"strides {tuple(c.stride())}")
+
+
 def bf16_gemm(function: str, a, b, d, c):
     """Checks the logical NT problem: A [M, K], B [N, K] BF16; D (and C) [M, N] BF16/FP32, N-major.
 
@@ -97,14 +109,7 @@ def bf16_gemm(function: str, a, b, d, c):
     if d_dtype is not _BF16 and d_dtype is not _FP32:
         _tensor_2d(function, "d", d, (_BF16, _FP32))
     if c is not None and c is not d:
-        if not isinstance(c, _Tensor):
-            raise reject(function, "c", "a torch.Tensor or None", type(c).__name__)
-        if c.dtype != d_dtype:
-            raise reject(function, "c", f"of d's dtype {d_dtype}", c.dtype)
-        if c.shape != d_shape:
-            raise reject(function, "c", f"of shape {(m, n)} like d", tuple(c.shape))
-        if c.stride(1) != 1 and n > 1:
-            raise reject(function, "c", "N-major (stride(-1) == 1)", f"strides {tuple(c.stride())}")
+        check_c(function, c, d_dtype, d_shape, m, n)
     device_index = d.get_device()
     _same_device(function, d, device_index, (("a", a), ("b", b), ("c", c)))
     if m == 0 or n == 0 or k == 0:

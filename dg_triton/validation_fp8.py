@@ -34,6 +34,7 @@ from dg_triton.validation import (
     _operand_major,
     _same_device,
     _tma_layout,
+    check_c,
 )
 
 _Tensor = torch.Tensor
@@ -338,14 +339,7 @@ def operands(function: str, rules: Fp8ArchRules, a, b, d, c, transposed=(False, 
     if d_strides[1] != 1 and width > 1:
         raise reject(function, "d", "N-major (stride(-1) == 1)", f"strides {tuple(d_strides)}")
     if c is not None and c is not d:
-        if not isinstance(c, _Tensor):
-            raise reject(function, "c", "a torch.Tensor or None", type(c).__name__)
-        if c.dtype != d_dtype:
-            raise reject(function, "c", f"of d's dtype {d_dtype}", c.dtype)
-        if c.shape != d_shape:
-            raise reject(function, "c", f"of shape {(m, n)} like d", tuple(c.shape))
-        if c.stride(1) != 1 and n > 1:
-            raise reject(function, "c", "N-major (stride(-1) == 1)", f"strides {tuple(c.stride())}")
+        check_c(function, c, d_dtype, d_shape, m, n)
     device_index = d.get_device()
     _same_device(function, d, device_index, (("a[0]", a_data), ("b[0]", b_data), ("c", c)))
     if m == 0 or n == 0 or k == 0:

@@ -37,9 +37,16 @@ _PER_CHANNEL_BLOCK_N = 64
 
 
 @triton.jit
-def _scale_from_amax(amax, USE_UE8M0: tl.constexpr):
-    """fp32 amax -> (sf, 1/sf), API.md 2.1; with USE_UE8M0 the sf is rounded up to 2^e."""
-    sf = tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0)
+def _scale_from_amax(amax, USE_UE8M0: tl.constexpr, KEEP_NAN: tl.constexpr = False):
+    """fp32 amax -> (sf, 1/sf), API.md 2.1; with USE_UE8M0 the sf is rounded up to 2^e.
+    KEEP_NAN: a NaN amax stays NaN through the 1e-4 floor, as torch.clamp keeps it (the default
+    tl.maximum returns the other operand); with UE8M0 a NaN or Inf sf becomes 2^127, as the
+    reference's ceil_to_ue8m0 does."""
+    if KEEP_NAN:
+        floored = tl.maximum(amax, 1e-4, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        floored = tl.maximum(amax, 1e-4)
+    sf = tl.math.div_rn(floored, 448.0)
     if USE_UE8M0:
         bits = sf.to(tl.int32, bitcast=True)
         exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)

@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .quant import _scale_from_amax
+
 __all__ = ["swiglu_per_token_cast_to_fp8_triton", "swiglu_triton"]
 
 # Elements of one operand (gate or up) per program of the fused kernel: 16 x 128 for gran_k = 128
@@ -99,20 +101,6 @@ def _swiglu_kernel(
 
 
 @triton.jit
-def _scale_from_amax_keeping_nan(amax, USE_UE8M0: tl.constexpr):
-    """fp32 amax -> (sf, 1/sf) as in dg_triton.triton.quant, but a NaN amax stays NaN through the
-    1e-4 floor (torch.clamp keeps NaN; the default tl.maximum returns the other operand). UE8M0
-    turns a NaN or Inf sf into 2^127, as the reference's ceil_to_ue8m0 does."""
-    sf = tl.math.div_rn(tl.maximum(amax, 1e-4, propagate_nan=tl.PropagateNan.ALL), 448.0)
-    if USE_UE8M0:
-        bits = sf.to(tl.int32, bitcast=True)
-        exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
-        exponent = tl.minimum(tl.maximum(exponent, 1), 254)
-        sf = (exponent << 23).to(tl.float32, bitcast=True)
-    return sf, tl.math.div_rn(1.0, sf)
-
-
-@triton.jit
 def _swiglu_per_token_cast_to_fp8_kernel(
     x_ptr, weights_ptr, q_ptr, sf_ptr,
     m, intermediate, num_groups, sf_rows,
@@ -144,7 +132,7 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     # NaN above Inf: the integer max is torch.amax, NaN included.
     abs_bits = tl.abs(act).to(tl.int32, bitcast=True)
     amax = tl.max(abs_bits, axis=1).to(tl.float32, bitcast=True)
-    sf, inv_sf = _scale_from_amax_keeping_nan(amax, USE_UE8M0)
+    sf, inv_sf = _scale_from_amax(amax, USE_UE8M0, KEEP_NAN=True)
     q = (act * inv_sf[:, None]).to(tl.float8e4nv)
     rows64 = rows.to(tl.int64)
     tl.store(q_ptr + rows64[:, None] * intermediate + cols[None, :], q,
