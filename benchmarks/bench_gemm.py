@@ -14,6 +14,7 @@ Prints one table and writes benchmarks/results/<family>-<gpu>.json (BENCH_FORMAT
 """
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -230,7 +231,7 @@ def cublas_fp8(a_q, sfa, b_q, sfb, blockwise: bool):
     return lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
 
 
-def fp8_shape(m, n, k, kind, group, anchor_us, rows, table):
+def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
     """One FP8 shape: check ours against the unquantized reference, time ours, cuBLAS block-wise
     (or per-tensor at M=1) in alternation; 1D1D (wgrad recipe, fp32 D accumulated) has no cuBLAS
     counterpart and is compared with 1D2D on the same shape in the summary."""
@@ -285,31 +286,103 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table):
         tf = vllm[NK_PAIRS.index((n, k))]
         row["baselines"]["vllm_triton_anchor"] = {"us": round(2 * m * n * k / tf / 1e6, 2), "tflops": tf,
                                                   "source": "ANCHORS.md"}
+    from dg_triton.kernels import sm90_fp8_gemm
+    plan = next((p for key, p in sm90_fp8_gemm._plans.items()
+                 if key[0][:4] == (m, n, k, kind) and key[4] is None), None)
+    row["ours"]["config"] = plan.spec.name if plan else "portable"
     rows.append(row)
-    table.append((kind, group, m, n, k, us, tflops(m, n, k, us), baseline, base_us, anchor_us))
+    table.append((kind, group, m, n, k, us, tflops(m, n, k, us), baseline, base_us, anchor_us,
+                  row["ours"]["config"]))
+    if sweep:
+        best = fp8_sweep(m, n, k, kind, a, b, ref)
+        if best:
+            row["ours"]["sweep_best"] = {"us": round(best[0][0], 2), "config": best[0][1]}
+            print(f"    heuristic {row['ours']['config']} {us:.1f} us; sweep best {best[0][1]} "
+                  f"{best[0][0]:.1f} us", flush=True)
 
 
-def fp8_main(ms, rows):
+def fp8_sweep(m, n, k, kind, a, b, ref):
+    """Times FP8 tile configs on one shape through the kernel layer (forced configs, as
+    tests/test_fp8_gemm_kernel_gpu.py runs them); returns [(us, config name)], fastest first.
+    Each config is checked against the reference before it is timed."""
+    from dg_triton.kernels import sm90_fp8_gemm
+    out_dtype = torch.bfloat16 if kind == "1d2d" else torch.float32
+    d = torch.empty(m, n, dtype=out_dtype, device="cuda")
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    if kind == "1d2d":
+        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+    else:
+        b_q, sfb = dg_triton.per_token_cast_to_fp8(b, False, tma_aligned_sf=True)
+    layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
+    problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, None, layout)
+    results = []
+    # Kept within the lease: block M 128 and 2-CTA clusters along M for large M; block M 64,
+    # narrow tiles and split-K for small M.
+    small = m <= 128
+    for block_m in (64,) if small else (128,):
+        for block_n in range(16 if small else 96, (128 if small else 192) + 1, 16):
+            if not heuristics.fp8_block_n_fits(kind, block_m, block_n):
+                continue
+            for splits in FP8_SWEEP_SPLITS if small else (1,):
+                for cluster_m, cluster_n in ((1, 1),) if small else ((1, 1), (2, 1)):
+                    config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(),
+                                                    132, cluster_n, cluster_m)
+                    if config is None or config.num_splits != splits:
+                        continue
+                    run = functools.partial(sm90_fp8_gemm.run, "sweep", a_q, sfa, b_q, sfb, d,  # noqa: E731
+                                            problem, False, "", config)
+                    try:
+                        check(run, d, ref, threshold=1e-3)
+                    except (AssertionError, RuntimeError, ValueError) as error:
+                        print(f"    sweep {kind} {m}x{n}x{k} {config}: FAILED {error}", flush=True)
+                        continue
+                    t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
+                    results.append((t, f"{block_m}x{block_n} split {config.num_splits} "
+                                       f"cluster {cluster_m}x{cluster_n}"))
+    results.sort()
+    for t, name in results[:5]:
+        print(f"    sweep {kind} {m}x{n}x{k} {name}: {t:8.1f} us", flush=True)
+    return results
+
+
+# M values whose forward shapes --sweep tries configs on (the wgrad shapes are always swept), and
+# the split-K counts tried at small M.
+SWEEP_MS = (4096, 128, 64)
+FP8_SWEEP_SPLITS = (1,)
+
+
+def fp8_main(ms, rows, failures, sweep=False):
     table = []
+
+    def shape(*args):
+        # A failed check is recorded and the other shapes still run (one call must not lose the
+        # whole table); main() then exits non-zero.
+        try:
+            fp8_shape(*args, rows, table, sweep and (args[0] in SWEEP_MS or args[4] == "wgrad"))
+        except (AssertionError, RuntimeError) as error:
+            failures.append(f"{args[3]} {args[0]}x{args[1]}x{args[2]}: {error}")
+            print(f"    FAILED {failures[-1]}", flush=True)
+
     for m in ms:
         for i, (n, k) in enumerate(NK_PAIRS):
             if m in DEEPGEMM_FP8_TFLOPS:
                 anchor = 2 * m * n * k / DEEPGEMM_FP8_TFLOPS[m][i] / 1e6
             else:
                 anchor = DEEPGEMM_FP8_M1_US[i] if m == 1 else None
-            fp8_shape(m, n, k, "1d2d", "forward", anchor, rows, table)
+            shape(m, n, k, "1d2d", "forward", anchor)
     for n, k in NK_PAIRS:  # wgrad shapes (API.md 8): M=n, N=4096, K=k, both recipes
-        fp8_shape(n, 4096, k, "1d2d", "wgrad", None, rows, table)
-        fp8_shape(n, 4096, k, "1d1d", "wgrad", None, rows, table)
-    lines = ["| recipe | M | N | K | ours us | ours TFLOPS | baseline | baseline us | vs baseline | vs DeepGEMM anchor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for kind, _, m, n, k, us, tf, baseline, base_us, anchor in table:
-        lines.append(f"| {kind} | {m} | {n} | {k} | {us:.1f} | {tf:.0f} | {baseline or '-'} | "
+        shape(n, 4096, k, "1d2d", "wgrad", None)
+        shape(n, 4096, k, "1d1d", "wgrad", None)
+    lines = ["| recipe | M | N | K | config | ours us | ours TFLOPS | baseline | baseline us | vs baseline | vs DeepGEMM anchor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kind, _, m, n, k, us, tf, baseline, base_us, anchor, config in table:
+        config = config.replace("sm90_fp8_gemm_", "")
+        lines.append(f"| {kind} | {m} | {n} | {k} | {config} | {us:.1f} | {tf:.0f} | {baseline or '-'} | "
                      f"{base_us and f'{base_us:.1f}' or '-'} | {base_us and f'{base_us / us:.3f}' or '-'} | "
                      f"{anchor and f'{anchor / us:.3f}' or '-'} |")
     lines.append("")
     for m in ms:
-        ratios = [b / us for kind, group, mm, n, k, us, tf, _, b, a in table
+        ratios = [b / us for kind, group, mm, n, k, us, tf, _, b, a, _c in table
                   if mm == m and b and group == "forward"]
         lines.append(f"M={m}: 1D2D geomean vs cuBLAS ({'per-tensor' if m == 1 else 'block-wise'}) "
                      f"{geomean(ratios):.3f} (worst {min(ratios) if ratios else float('nan'):.3f})")
@@ -351,8 +424,11 @@ def main():
     if args.family == "fp8_gemm":
         lines = [f"# fp8_gemm on {gpu}, {datetime.date.today()}", "",
                  f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", ""]
-        lines += fp8_main(ms, rows)
-        return write_results(args, gpu, rows, "\n".join(lines), [])
+        failures = []
+        lines += fp8_main(ms, rows, failures, args.sweep)
+        lines += [f"FAILED {f}" for f in failures]
+        write_results(args, gpu, rows, "\n".join(lines), [])
+        return 1 if failures else 0
     for m in ms:
         for i, (n, k) in enumerate(NK_PAIRS):
             if m in DEEPGEMM_BF16_TFLOPS:

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check (DESIGN.md): on a machine with an SM90 GPU, from a checkout, with no network.
 # Installs what the machine lacks from local wheels (.whl/, if present), runs the GPU tests, then
-# the benchmarks, and prints a short table last. Logs go to $OUT (or ./gpu_check_logs).
+# the benchmarks, and prints a short table last.
 #   bash scripts/gpu_check.sh [--sweep] [--skip-tests] [--skip-bench] [--portable]
-# --portable also times the portable Triton GEMMs (DG_BACKEND=triton) on the same shapes.
+#                             [--tests=PATTERN] [--bench=LIST]
+# --portable   also time the portable Triton GEMMs (DG_BACKEND=triton) on the same shapes.
+# --tests=PATS only the GPU test files whose name contains one of PATS, comma-separated (fp8,swiglu).
+# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped (default all).
+# SKIP_MAIN=1 skips `python -m dg_triton` (for a second invocation in the same run).
+# Every stage runs under a time limit (STAGE_TIMEOUT seconds, default 300) so that a hang cannot
+# take the rest of the run with it. Logs go to $LOGS (default ./gpu_check_logs); after every stage
+# they and benchmarks/results/ are packed into $OUT/gpu_check.tgz when $OUT is set (the device
+# tool returns at most 8 files), so a run cut off by its limit still returns what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOGS="${OUT:-$PWD/gpu_check_logs}"
+LOGS="${LOGS:-$PWD/gpu_check_logs}"
 mkdir -p "$LOGS"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -14,47 +22,80 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         --target /tmp/dg_site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/dg_site"
 fi
 export DG_JIT_CACHE_DIR="${DG_JIT_CACHE_DIR:-$PWD/.jitcache}"
-sweep="" tests=1 bench=1 portable=0
+limit="${STAGE_TIMEOUT:-300}"
+sweep="" tests=1 bench=1 portable=0 test_pattern="" bench_list="host,prologue,fp8,bf16,grouped"
 for arg in "$@"; do
     case "$arg" in
         --sweep) sweep="--sweep" ;;
         --skip-tests) tests=0 ;;
         --skip-bench) bench=0 ;;
         --portable) portable=1 ;;
+        --tests=*) test_pattern="${arg#--tests=}" ;;
+        --bench=*) bench_list="${arg#--bench=}" ;;
     esac
 done
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noheader | tee "$LOGS/gpu.txt"
-python3 -m dg_triton 2>&1 | tee "$LOGS/main.txt" | tail -5
+snapshot() {
+    [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_check.tgz" -C "$PWD" "$(basename "$LOGS")" benchmarks/results 2>/dev/null
+    return 0
+}
+# run_stage NAME LOGFILE TAIL_LINES COMMAND...: the command under the time limit, its whole output
+# in LOGFILE, the last lines on the console; a failure or time-out marks the run failed.
 status=0
+summary=()
+run_stage() {
+    local name="$1" log="$2" lines="$3"
+    shift 3
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
+    local rc=$?
+    tail -n "$lines" "$log"
+    summary+=("$(printf '%-44s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - start))")")
+    [ "$rc" = 0 ] || status=1
+    snapshot
+}
+wants() { [[ ",$bench_list," == *",$1,"* ]]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv,noheader \
+    | tee "$LOGS/gpu.txt"
+[ -n "${SKIP_MAIN:-}" ] || run_stage "python -m dg_triton" "$LOGS/main.txt" 5 python3 -m dg_triton
 if [ "$tests" = 1 ]; then
     # One pytest process per file, failures listed (-rf): a file that fails or runs out of GPU
     # memory cannot hide another's result. -n 8 for the GEMM tests, which compile many kernel
     # variants (CPU work that parallelizes); -n 4 for the memory-heavy prologue tests (8 workers'
     # caching allocators at once can exhaust the GPU's memory).
-    : > "$LOGS/gpu_tests.txt"
     for file in $(grep -l "mark.gpu" tests/test_*.py); do
+        if [ -n "$test_pattern" ]; then
+            hit=0
+            for pattern in ${test_pattern//,/ }; do [[ "$file" == *"$pattern"* ]] && hit=1; done
+            [ "$hit" = 1 ] || continue
+        fi
         workers=4
-        case "$file" in *gemm*) workers=8 ;; esac
-        echo "== $file" | tee -a "$LOGS/gpu_tests.txt"
-        python3 -m pytest -q -m gpu "$file" -p no:cacheprovider -n "$workers" -rf --tb=short \
-            -W ignore::DeprecationWarning 2>&1 | tee -a "$LOGS/gpu_tests.txt" | tail -8
-        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        case "$file" in *gemm*|*grouped*) workers=8 ;; esac
+        echo "== $file"
+        run_stage "$file" "$LOGS/$(basename "$file" .py).txt" 6 \
+            python3 -m pytest -q -m gpu "$file" -p no:cacheprovider -n "$workers" -rf --tb=short \
+            -W ignore::DeprecationWarning
     done
 fi
 if [ "$bench" = 1 ]; then
-    python3 benchmarks/profile_host.py 2>&1 | tee "$LOGS/host_profile.txt" | tail -20
-    python3 benchmarks/bench_prologue.py 2>&1 | tee "$LOGS/bench_prologue.txt" | tail -30
-    [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    python3 benchmarks/bench_gemm.py --family fp8_gemm 2>&1 | tee "$LOGS/bench_fp8.txt" | tail -12
-    [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep 2>&1 | tee "$LOGS/bench.txt" | tail -45
-    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    wants host && run_stage "profile_host" "$LOGS/host_profile.txt" 20 python3 benchmarks/profile_host.py
+    wants prologue && run_stage "bench_prologue" "$LOGS/bench_prologue.txt" 40 python3 benchmarks/bench_prologue.py
+    wants fp8 && run_stage "bench_gemm fp8" "$LOGS/bench_fp8.txt" 14 \
+        python3 benchmarks/bench_gemm.py --family fp8_gemm
+    wants bf16 && run_stage "bench_gemm bf16" "$LOGS/bench_bf16.txt" 45 \
+        python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep
+    if wants grouped && [ -f benchmarks/bench_grouped.py ]; then
+        run_stage "bench_grouped" "$LOGS/bench_grouped.txt" 30 python3 benchmarks/bench_grouped.py
+    fi
     if [ "$portable" = 1 ]; then
         for family in fp8_gemm bf16_gemm; do
-            python3 benchmarks/bench_gemm.py --family $family --backend triton --ms 4096,128,64 2>&1 \
-                | tee "$LOGS/bench_${family}_portable.txt" | tail -8
-            [ "${PIPESTATUS[0]}" = 0 ] || status=1
+            run_stage "bench_gemm $family portable" "$LOGS/bench_${family}_portable.txt" 8 \
+                python3 benchmarks/bench_gemm.py --family $family --backend triton --ms 4096,128,64
         done
     fi
 fi
+echo
+echo "== stages"
+printf '%s\n' "${summary[@]}" | tee -a "$LOGS/summary.txt"
+snapshot
 exit $status

@@ -8,8 +8,14 @@
 // block accumulate raw products into `partial` (the tensor core's FP32 accumulation of 8-bit
 // products loses low bits over long K); after each K block the consumer scales `partial` by
 // sfa[row] * sfb[col] and adds it to `acc` with ordinary FP32 FMAs. So the wgmmas of a block are
-// waited for before the next block is issued; the two consumer warpgroups of a 128-row tile
-// interleave, so one's promotion runs under the other's MMAs.
+// waited for before the next block is issued.
+//
+// Ping-pong: with two consumer warpgroups (block M 128) the warpgroups take turns issuing a K
+// block's wgmmas (named barriers kTurnBarrier + wg), so the tensor core finishes one warpgroup's
+// block while the other's is still queued, and that warpgroup promotes while the tensor core runs
+// the other's. Left to themselves the two warpgroups wait on the same stage barrier, interleave
+// their wgmmas, finish together and promote together with the tensor core idle: measured on the
+// H200 (2026-12-01) at ~720 TFLOPS for every M=4096 shape, the BF16 kernel's rate.
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's; the epilogue is SwizzledTmaStoreEpilogue. Scales are read with plain
@@ -189,6 +195,13 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
     constexpr uint32_t kStep = 32;
     const uint32_t a_offset = math_wg * 64 * 128;
 
+    // Ping-pong turns (see the header comment): warpgroup 0 issues first.
+    constexpr bool kPingPong = T::kNumMathWarpgroups == 2;
+    constexpr uint32_t kTurnBarrier = 3;   // 1 and 2 are the epilogue's, one per warpgroup
+    constexpr uint32_t kTurnThreads = 256;
+    if (kPingPong && math_wg == 1)
+        named_barrier_arrive(kTurnBarrier, kTurnThreads);
+
     WorkUnit unit;
     while (scheduler.next(unit)) {
         const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
@@ -203,6 +216,8 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
             mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
             const uint32_t a_base = smem_addr(plan.tiles_a + pipe.stage * T::kTileABytes) + a_offset;
             const uint32_t b_base = smem_addr(plan.tiles_b + pipe.stage * T::kTileBBytes);
+            if constexpr (kPingPong)
+                named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             wgmma_fence();
 #pragma unroll
@@ -212,6 +227,8 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
                 T::Mma::mma(desc_a, desc_b, partial, ks > 0);
             }
             wgmma_commit_group();
+            if constexpr (kPingPong)
+                named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), kTurnThreads);
             wgmma_wait_group<0>();
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             release_stage<T>(&plan.empty[pipe.stage], cluster_rank);
@@ -222,6 +239,10 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
                            &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
                            skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
     }
+    // Warpgroup 1 handed over one turn more than warpgroup 0 took (its first): take it, so that
+    // no barrier is left mid-phase.
+    if (kPingPong && math_wg == 0)
+        named_barrier_sync(kTurnBarrier, kTurnThreads);
     T::Epilogue::finish();
 }
 
