@@ -141,33 +141,66 @@ struct BlockScales {
         }
     }
 
-    // acc (+)= partial * sfa[row] * sfb[col]. `first`: acc is overwritten (a tile's first block).
-    __device__ __forceinline__ void promote(float* acc, const float* partial, uint32_t n0,
-                                            bool first) const {
+    // acc += partial * sfa[row] * sfb[col]: one FFMA per element (acc starts each tile at zero).
+    // The promotion runs once per K block in every consumer thread, and the issue slots of the
+    // SM's schedulers, not the tensor core, were the limit (the first version, with a select of
+    // the scale per column group and an FMUL path for a tile's first block, issued ~400
+    // instructions per K block per warp at block N 192): so the 1D2D scale block of each column
+    // group is a compile-time fact, by one instantiation per offset of the tile inside its first
+    // scale block (promote_1d2d), chosen once per K block.
+    __device__ __forceinline__ void promote(float* acc, const float* partial, uint32_t n0) const {
+        if constexpr (T::kScaleBPerColumn) {
+#pragma unroll
+            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t r = t * 4 + half * 2;
+                    acc[r] = fmaf(partial[r], a[half] * b[2 * t], acc[r]);
+                    acc[r + 1] = fmaf(partial[r + 1], a[half] * b[2 * t + 1], acc[r + 1]);
+                }
+        } else {
+            float scale[2][kNumB];
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half)
+#pragma unroll
+                for (uint32_t j = 0; j < kNumB; ++j)
+                    scale[half][j] = a[half] * b[j];
+            promote_1d2d_dispatch<0>((n0 % T::kScaleGroup) / T::kScaleAlign, acc, partial, scale);
+        }
+    }
+
+    // Tiles start at multiples of kScaleAlign inside a 128-column scale block: one variant per
+    // possible offset, or a single one when a tile never straddles two scale blocks.
+    static constexpr uint32_t kNumOffsets = kNumB == 1 ? 1 : T::kScaleGroup / T::kScaleAlign;
+
+    template <uint32_t kOffset>
+    __device__ __forceinline__ static void promote_1d2d(float* acc, const float* partial,
+                                                        const float (&scale)[2][kNumB]) {
+        constexpr uint32_t kStart = kOffset * T::kScaleAlign;   // tile column 0 in its scale block
 #pragma unroll
         for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
-            float b0, b1;
-            if constexpr (T::kScaleBPerColumn) {
-                b0 = b[2 * t];
-                b1 = b[2 * t + 1];
-            } else {
-                // An 8-column group never straddles a 128-column scale block (n0 and 8t are
-                // multiples of 8), so one scale serves the thread's pair.
-                const uint32_t j = (n0 % T::kScaleGroup + t * 8) / T::kScaleGroup;
-                float scale = b[0];
-#pragma unroll
-                for (uint32_t i = 1; i < kNumB; ++i)
-                    scale = j == i ? b[i] : scale;
-                b0 = b1 = scale;
-            }
+            // An 8-column group never straddles a scale block (kStart and 8t are multiples of 8).
+            const uint32_t j = kNumB == 1 ? 0 : (kStart + t * 8) / T::kScaleGroup;
 #pragma unroll
             for (uint32_t half = 0; half < 2; ++half) {
                 const uint32_t r = t * 4 + half * 2;
-                const float s0 = a[half] * b0, s1 = a[half] * b1;
-                acc[r] = first ? partial[r] * s0 : fmaf(partial[r], s0, acc[r]);
-                acc[r + 1] = first ? partial[r + 1] * s1 : fmaf(partial[r + 1], s1, acc[r + 1]);
+                acc[r] = fmaf(partial[r], scale[half][j], acc[r]);
+                acc[r + 1] = fmaf(partial[r + 1], scale[half][j], acc[r + 1]);
             }
         }
+    }
+
+    template <uint32_t kOffset>
+    __device__ __forceinline__ static void promote_1d2d_dispatch(uint32_t offset, float* acc,
+                                                                 const float* partial,
+                                                                 const float (&scale)[2][kNumB]) {
+        if constexpr (kOffset + 1 < kNumOffsets) {
+            if (offset != kOffset) {
+                promote_1d2d_dispatch<kOffset + 1>(offset, acc, partial, scale);
+                return;
+            }
+        }
+        promote_1d2d<kOffset>(acc, partial, scale);
     }
 };
 
@@ -193,7 +226,8 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
-    const uint32_t a_offset = math_wg * 64 * 128;
+    const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
+    const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
     // Ping-pong turns (see the header comment): warpgroup 0 issues first.
     constexpr bool kPingPong = T::kNumMathWarpgroups == 2;
@@ -206,6 +240,9 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
     while (scheduler.next(unit)) {
         const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
         const uint32_t n0 = unit.n_block * T::kBlockN;
+#pragma unroll
+        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+            acc[i] = 0.0f;
         BlockScales<T> next;
         next.load(scales, unit.k_block_begin, row0, m, n0, n);
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
@@ -214,17 +251,17 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
                 next.load(scales, kb + 1, row0, m, n0, n);
 
             mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
-            const uint32_t a_base = smem_addr(plan.tiles_a + pipe.stage * T::kTileABytes) + a_offset;
-            const uint32_t b_base = smem_addr(plan.tiles_b + pipe.stage * T::kTileBBytes);
+            // Descriptors differ from stage 0's only in the start-address field (address / 16,
+            // 14 bits: no carry below 256 KB), so they are offsets of two precomputed ones.
+            const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes) >> 4);
+            const uint64_t stage_b = desc_b0 + ((pipe.stage * T::kTileBBytes) >> 4);
             if constexpr (kPingPong)
                 named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             wgmma_fence();
 #pragma unroll
             for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks) {
-                const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStep, 16);
-                const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStep, 16);
-                T::Mma::mma(desc_a, desc_b, partial, ks > 0);
+                T::Mma::mma(stage_a + ks * kStep / 16, stage_b + ks * kStep / 16, partial, ks > 0);
             }
             wgmma_commit_group();
             if constexpr (kPingPong)
@@ -233,7 +270,7 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             release_stage<T>(&plan.empty[pipe.stage], cluster_rank);
             pipe.advance<T::kNumStages>();
-            current.promote(acc, partial, n0, kb == unit.k_block_begin);
+            current.promote(acc, partial, n0);
         }
         T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                            &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
