@@ -345,9 +345,11 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
     return results
 
 
-# M values whose forward shapes --sweep tries configs on (the wgrad shapes are always swept), and
-# the split-K counts tried at small M.
+# M values whose forward shapes --sweep tries configs on (--sweep-ms), whether it sweeps the wgrad
+# shapes too (--sweep-wgrad), and the split-K counts tried at small M.
 SWEEP_MS = (4096, 128, 64)
+SWEEP_WGRAD = False
+FP8_WGRAD = True
 FP8_SWEEP_SPLITS = (1,)
 
 
@@ -358,7 +360,8 @@ def fp8_main(ms, rows, failures, sweep=False):
         # A failed check is recorded and the other shapes still run (one call must not lose the
         # whole table); main() then exits non-zero.
         try:
-            fp8_shape(*args, rows, table, sweep and (args[0] in SWEEP_MS or args[4] == "wgrad"))
+            fp8_shape(*args, rows, table, sweep and (args[0] in SWEEP_MS if args[4] == "forward"
+                                                     else SWEEP_WGRAD))
         except (AssertionError, RuntimeError) as error:
             failures.append(f"{args[3]} {args[0]}x{args[1]}x{args[2]}: {error}")
             print(f"    FAILED {failures[-1]}", flush=True)
@@ -370,7 +373,7 @@ def fp8_main(ms, rows, failures, sweep=False):
             else:
                 anchor = DEEPGEMM_FP8_M1_US[i] if m == 1 else None
             shape(m, n, k, "1d2d", "forward", anchor)
-    for n, k in NK_PAIRS:  # wgrad shapes (API.md 8): M=n, N=4096, K=k, both recipes
+    for n, k in NK_PAIRS if FP8_WGRAD else ():  # wgrad shapes (API.md 8): M=n, N=4096, K=k, both recipes
         shape(n, 4096, k, "1d2d", "wgrad", None)
         shape(n, 4096, k, "1d1d", "wgrad", None)
     lines = ["| recipe | M | N | K | config | ours us | ours TFLOPS | baseline | baseline us | vs baseline | vs DeepGEMM anchor |",
@@ -406,6 +409,9 @@ def main():
     parser.add_argument("--family", default="bf16_gemm", choices=["bf16_gemm", "fp8_gemm"])
     parser.add_argument("--sweep", action="store_true", help="also time every candidate config")
     parser.add_argument("--ms", default="4096,128,64,1", help="comma-separated M values")
+    parser.add_argument("--sweep-ms", default="4096,128,64", help="fp8 --sweep: forward M values to sweep")
+    parser.add_argument("--sweep-wgrad", action="store_true", help="fp8 --sweep: also the wgrad shapes")
+    parser.add_argument("--no-wgrad", action="store_true", help="fp8: forward shapes only")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--backend", default="cuda", choices=["cuda", "triton"],
                         help="triton: time the portable Triton path (DG_BACKEND=triton)")
@@ -422,6 +428,10 @@ def main():
     rows, table, tuned = [], [], []
     ms = [int(x) for x in args.ms.split(",")]
     if args.family == "fp8_gemm":
+        global SWEEP_MS, SWEEP_WGRAD, FP8_WGRAD
+        SWEEP_MS = tuple(int(x) for x in args.sweep_ms.split(","))
+        SWEEP_WGRAD = args.sweep_wgrad
+        FP8_WGRAD = not args.no_wgrad
         lines = [f"# fp8_gemm on {gpu}, {datetime.date.today()}", "",
                  f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", ""]
         failures = []

@@ -52,20 +52,25 @@ _CAST_BACK_BLOCK_N = 256
 
 @triton.jit
 def _e2m1_codes(scaled):
-    """fp32 (already scaled) -> E2M1 codes 0..15 as int32. The index is the number of midpoints
-    the magnitude exceeds (strict ``>``: ties round down; NaN exceeds none; above 5 it is 7),
-    found as the largest one exceeded since they increase. Selects rather than a sum of
-    comparisons: same result, and int32 adds are overflow-checked op by op in the interpreter.
-    The sign bit is set only with a non-zero index."""
+    """fp32 (already scaled) -> E2M1 codes 0..15 as int32: the index is the number of midpoints
+    the magnitude exceeds (strict ``>``: ties round down; NaN exceeds none; above 5 it is 7), the
+    sign bit is set only with a non-zero index.
+
+    Counted with bit arithmetic instead of seven compares and selects (the cast was bound by
+    instruction issue on the H200, not by memory). From 1 to 6 the E2M1 values 1, 1.5, 2, 3, 4, 6
+    are the fp32 values with one mantissa bit, 2^22 apart as bit patterns, and the midpoints 1.25,
+    1.75, 2.5, 3.5, 5 lie 2^21 above each: for a magnitude clamped to [1, 6], the count of those
+    five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e. ``(bits -
+    0x3F600001) >> 22`` (no int32 overflow, even for a NaN the interpreter's clamp keeps). The two
+    midpoints below 1 (0.25, 0.75) are compares. A magnitude at most 0.25, or NaN, is code 0 whatever
+    the clamp made of it, which also keeps a "-0" code out. Same result as the reference for every
+    fp32 input (tests/interpret/test_fp4.py puts values on and next to every midpoint)."""
     magnitude = tl.abs(scaled)
-    index = tl.where(magnitude > 0.25, 1, 0)
-    index = tl.where(magnitude > 0.75, 2, index)
-    index = tl.where(magnitude > 1.25, 3, index)
-    index = tl.where(magnitude > 1.75, 4, index)
-    index = tl.where(magnitude > 2.5, 5, index)
-    index = tl.where(magnitude > 3.5, 6, index)
-    index = tl.where(magnitude > 5.0, 7, index)
-    return tl.where((scaled < 0) & (index != 0), index | 8, index)
+    clamped = tl.minimum(tl.maximum(magnitude, 1.0), 6.0)
+    upper_midpoints = (clamped.to(tl.int32, bitcast=True) - 0x3F600001) >> 22
+    index = upper_midpoints + 1 + (magnitude > 0.75).to(tl.int32)
+    sign = (scaled.to(tl.int32, bitcast=True) >> 28) & 0x8
+    return tl.where(magnitude > 0.25, index | sign, 0)
 
 
 @triton.jit
@@ -119,7 +124,12 @@ def _per_token_cast_to_fp4_kernel(
         exponent = ((sf_bits >> 23) & 0xFF) + ((sf_bits & 0x7FFFFF) != 0).to(tl.int32)
         exponent = tl.minimum(tl.maximum(exponent, 1), 254)
         sf = (exponent << 23).to(tl.float32, bitcast=True)
-    inv_sf = tl.math.div_rn(1.0, sf)
+        # 1 / 2^(e - 127) is exact: 2^(127 - e), biased exponent 254 - e, or for e = 254 the
+        # subnormal 2^-127. Same bits as div_rn(1, sf), without a division per group.
+        inv_sf = tl.where(exponent < 254, (254 - exponent) << 23, 0x00400000).to(tl.float32,
+                                                                                 bitcast=True)
+    else:
+        inv_sf = tl.math.div_rn(1.0, sf)
 
     codes = tl.reshape(_e2m1_codes(x_groups * inv_sf[:, :, None]), (BLOCK_M, BLOCK_N // 2, 2))
     low, high = tl.split(codes)
@@ -156,26 +166,35 @@ def _transpose_packed_fp4_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr,
 ):
     """Program (i, j): input rows [i*BLOCK_ROWS, ...) (BLOCK_ROWS even, m even), input bytes
-    [j*BLOCK_BYTES, ...). Unpacks the tile to [BLOCK_ROWS, 2*BLOCK_BYTES] codes, transposes, and
-    packs row pairs: output row c byte r/2 holds input codes (r, c) low and (r + 1, c) high.
-    ``out_ptr`` is the contiguous int8 output [2*half_n, m/2]."""
+    [j*BLOCK_BYTES, ...). Output row c byte r/2 holds input codes (r, c) low and (r + 1, c) high.
+    ``out_ptr`` is the contiguous int8 output [2*half_n, m/2].
+
+    The nibbles are regrouped before the transpose, on bytes: with E = row r and O = row r + 1
+    (r even) of input byte j (codes 2j low, 2j + 1 high), output byte (2j, r/2) is
+    ``E & 0xF | O << 4`` and (2j + 1, r/2) is ``E >> 4 | O & 0xF0``. So what crosses threads is a
+    [BLOCK_ROWS/2, 2*BLOCK_BYTES] tile of bytes, as many as were loaded; transposing 4-bit codes
+    held as int32 moved eight times that through shared memory, which bound the kernel on the
+    H200 (0.52 of a copy's bandwidth)."""
     pid_rows = tl.program_id(0)
     pid_bytes = tl.program_id(1)
-    rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    pair_rows = pid_rows * (BLOCK_ROWS // 2) + tl.arange(0, BLOCK_ROWS // 2)
     byte_cols = pid_bytes * BLOCK_BYTES + tl.arange(0, BLOCK_BYTES)
-    load_mask = (rows < m)[:, None] & (byte_cols < half_n)[None, :]
-    offsets = rows.to(tl.int64)[:, None] * stride_am + byte_cols.to(tl.int64)[None, :] * stride_an
-    a = tl.load(a_ptr + offsets, mask=load_mask, other=0).to(tl.int32) & 0xFF
+    half_m = m // 2
+    load_mask = (pair_rows < half_m)[:, None] & (byte_cols < half_n)[None, :]
+    even_ptrs = a_ptr + (2 * pair_rows)[:, None] * stride_am + byte_cols[None, :] * stride_an
+    even = tl.load(even_ptrs, mask=load_mask, other=0).to(tl.uint8, bitcast=True)
+    odd = tl.load(even_ptrs + stride_am, mask=load_mask, other=0).to(tl.uint8, bitcast=True)
 
-    codes = tl.reshape(tl.join(a & 0xF, a >> 4), (BLOCK_ROWS, 2 * BLOCK_BYTES))
-    codes_t = tl.reshape(tl.trans(codes), (2 * BLOCK_BYTES, BLOCK_ROWS // 2, 2))
-    low, high = tl.split(codes_t)
-    packed = (low | (high << 4)).to(tl.int8)
+    low_codes = (even & 0xF) | (odd << 4)
+    high_codes = (even >> 4) | (odd & 0xF0)
+    # [pair row, byte, 2] -> [byte, 2, pair row] = [output row, output byte]
+    pairs = tl.join(low_codes, high_codes)
+    packed = tl.reshape(tl.permute(pairs, (1, 2, 0)), (2 * BLOCK_BYTES, BLOCK_ROWS // 2))
 
     out_rows = pid_bytes * (2 * BLOCK_BYTES) + tl.arange(0, 2 * BLOCK_BYTES)
     out_cols = pid_rows * (BLOCK_ROWS // 2) + tl.arange(0, BLOCK_ROWS // 2)
-    half_m = m // 2
-    tl.store(out_ptr + out_rows.to(tl.int64)[:, None] * half_m + out_cols[None, :], packed,
+    tl.store(out_ptr + out_rows[:, None] * half_m + out_cols[None, :],
+             packed.to(tl.int8, bitcast=True),
              mask=(out_rows < 2 * half_n)[:, None] & (out_cols < half_m)[None, :])
 
 
