@@ -297,6 +297,12 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
         best = fp8_sweep(m, n, k, kind, a, b, ref)
         if best:
             row["ours"]["sweep_best"] = {"us": round(best[0][0], 2), "config": best[0][1]}
+            config = best[0][2]
+            FP8_TUNED.append({"key": [kind, m, n, k, 2 if kind == "1d2d" else 4, 132],
+                              "config": {"block_m": config.block_m, "block_n": config.block_n,
+                                         "num_splits": config.num_splits,
+                                         "cluster_n": config.cluster_n, "cluster_m": config.cluster_m},
+                              "us": round(best[0][0], 2), "heuristic_us": round(us, 2)})
             print(f"    heuristic {row['ours']['config']} {us:.1f} us; sweep best {best[0][1]} "
                   f"{best[0][0]:.1f} us", flush=True)
 
@@ -320,13 +326,13 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
     # narrow tiles and split-K for small M.
     small = m <= 128
     for block_m in (64,) if small else (128,):
-        for block_n in range(16 if small else 96, (128 if small else 192) + 1, 16):
+        for block_n in (16, 32, 48, 64, 96, 128) if small else range(96, 193, 16):
             if not heuristics.fp8_block_n_fits(kind, block_m, block_n):
                 continue
             for splits in FP8_SWEEP_SPLITS if small else (1,):
                 for cluster_m, cluster_n in ((1, 1),) if small else ((1, 1), (2, 1)):
-                    config = heuristics.make_config(m, n, block_m, block_n, splits, k, d.element_size(),
-                                                    132, cluster_n, cluster_m)
+                    config = heuristics.make_fp8_config(kind, m, n, block_m, block_n, splits, k,
+                                                        d.element_size(), 132, cluster_n, cluster_m)
                     if config is None or config.num_splits != splits:
                         continue
                     run = functools.partial(sm90_fp8_gemm.run, "sweep", a_q, sfa, b_q, sfb, d,  # noqa: E731
@@ -338,9 +344,9 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
                         continue
                     t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
                     results.append((t, f"{block_m}x{block_n} split {config.num_splits} "
-                                       f"cluster {cluster_m}x{cluster_n}"))
-    results.sort()
-    for t, name in results[:5]:
+                                       f"cluster {cluster_m}x{cluster_n}", config))
+    results.sort(key=lambda r: r[0])
+    for t, name, _ in results[:5]:
         print(f"    sweep {kind} {m}x{n}x{k} {name}: {t:8.1f} us", flush=True)
     return results
 
@@ -350,7 +356,8 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
 SWEEP_MS = (4096, 128, 64)
 SWEEP_WGRAD = False
 FP8_WGRAD = True
-FP8_SWEEP_SPLITS = (1,)
+FP8_TUNED = []   # sweep winners, written to <family>-<gpu>-tuned.json
+FP8_SWEEP_SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 def fp8_main(ms, rows, failures, sweep=False):
@@ -437,7 +444,7 @@ def main():
         failures = []
         lines += fp8_main(ms, rows, failures, args.sweep)
         lines += [f"FAILED {f}" for f in failures]
-        write_results(args, gpu, rows, "\n".join(lines), [])
+        write_results(args, gpu, rows, "\n".join(lines), FP8_TUNED)
         return 1 if failures else 0
     for m in ms:
         for i, (n, k) in enumerate(NK_PAIRS):

@@ -79,7 +79,7 @@ FORCED = [
 def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, cluster_m, cluster_n,
                                                     accumulate):
     _require_sm90()
-    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.heuristics.sm90 import make_fp8_config
 
     if accumulate and kind == "1d2d":
         pytest.skip("SM90 FP8 accumulates only with the 1D1D recipe (API.md 1.3)")
@@ -95,7 +95,7 @@ def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, clus
     if accumulate:
         c = torch.randn(m, n, device="cuda").mul_(32)
         d.copy_(c)
-    config = make_config(m, n, block_m, block_n, 1, k, d.element_size(), 132, cluster_n, cluster_m)
+    config = make_fp8_config(kind, m, n, block_m, block_n, 1, k, d.element_size(), 132, cluster_n, cluster_m)
     assert config is not None
     _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config)
     assert torch.isfinite(d).all(), "unwritten (NaN) or non-finite output elements"
@@ -106,10 +106,40 @@ def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, clus
     assert calc_diff(d.float(), unquantized) < THRESHOLD
 
 
+# (kind, block_m, block_n, num_splits): split-K reduces K-slices through the FP32 workspace.
+SPLIT_K = [("1d2d", 64, 64, 4), ("1d2d", 64, 16, 9), ("1d2d", 128, 144, 3), ("1d1d", 64, 128, 2),
+           ("1d1d", 128, 80, 5)]
+
+
+@pytest.mark.parametrize("kind,block_m,block_n,num_splits", SPLIT_K)
+@pytest.mark.parametrize("accumulate", (False, True))
+def test_fp8_kernel_split_k_matches_references_and_replays(kind, block_m, block_n, num_splits,
+                                                           accumulate):
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.testing import calc_diff
+
+    if accumulate and kind == "1d2d":
+        pytest.skip("SM90 FP8 accumulates only with the 1D1D recipe (API.md 1.3)")
+    m, n, k = 200, 1000, 1040   # 9 K blocks, the last partial: uneven slices
+    out_dtype = torch.float32 if kind == "1d1d" else torch.bfloat16
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, kind)
+    c = torch.randn(m, n, device="cuda").mul_(32) if accumulate else None
+    config = make_fp8_config(kind, m, n, block_m, block_n, num_splits, k, out_dtype.itemsize, 132)
+    assert config is not None and config.num_splits == num_splits
+    expected = dequant_ref + (c if c is not None else 0)
+    # Twice: the per-tile counters must be left at zero for the next launch.
+    for _ in range(2):
+        d = c.clone() if accumulate else torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config)
+        assert torch.isfinite(d).all(), "unwritten (NaN) or non-finite output elements"
+        assert calc_diff(d.float(), expected) < THRESHOLD
+
+
 @pytest.mark.parametrize("block_n", (64, 128))
 def test_fp8_kernel_skip_head_mid_writes_left_and_right_and_leaves_mid(block_n):
     _require_sm90()
-    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.heuristics.sm90 import make_fp8_config
     from dg_triton.testing import calc_diff
 
     left, mid, right = 128, 64, 128
@@ -119,7 +149,7 @@ def test_fp8_kernel_skip_head_mid_writes_left_and_right_and_leaves_mid(block_n):
     sentinel = 12345.0
     d = torch.full((m, heads * (left + mid + right)), float("nan"), device="cuda", dtype=torch.bfloat16)
     d.view(m, heads, left + mid + right)[:, :, left:left + mid] = sentinel
-    config = make_config(m, n, 128, block_n, 1, k, 2, 132)
+    config = make_fp8_config("1d2d", m, n, 128, block_n, 1, k, 2, 132)
     _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d2d", False, config, head_splits=(left, mid, right))
     out = d.view(m, heads, left + mid + right)
     assert (out[:, :, left:left + mid] == sentinel).all(), "mid columns were written"

@@ -60,11 +60,6 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(num_threads) : "memory");
 }
 
-// Arrive without waiting: hands a barrier phase to the threads that bar.sync on it.
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(num_threads) : "memory");
-}
-
 // ---- proxy fences (PTX ISA 9.7.13.4) ----------------------------------------------------------
 
 // Ordinary shared-memory stores that TMA (the async proxy) reads next need this in each writer.

@@ -4,7 +4,8 @@
 // shared-memory stages, each guarded by a "full" and an "empty" mbarrier); warpgroups 1..W are
 // consumers, each owning 64 rows of the BLOCK_M x BLOCK_N tile and issuing one m64nBLOCK_N k16
 // wgmma per 16 of K. The grid is persistent (PersistentTileScheduler), so the producer runs ahead
-// into the next tile while the consumers run the epilogue (SwizzledTmaStoreEpilogue).
+// into the next tile while the consumers run the epilogue (SwizzledTmaStoreEpilogue). The M-grouped
+// GEMMs run this same kernel with a grouped scheduler (scheduler_grouped.cuh, via bf16_gemm_run).
 // A and B may each be K-major or MN-major (wgmma's transpose bits read MN-major tiles directly).
 #pragma once
 
@@ -87,14 +88,21 @@ struct SplitKArguments {
 };
 
 // ---- consumers: one m64nBLOCK_N k16 wgmma per 16 of K, then the epilogue -------------------------
-
-template <class T>
-__device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
+// `Sched` is Scheduler<T> or a grouped scheduler (scheduler_grouped.cuh). A grouped unit may have
+// no K blocks (a padding tile: its rows are written as zeros) and says which of its rows hold
+// A @ B (the others are written as zeros) and how many are stored at all: a warpgroup whose 64
+// rows are all stored goes through the TMA-store epilogue; one with fewer (the last tile of a
+// masked group, the end of a psum layout) stores them with plain global stores, because a TMA
+// box cannot leave rows inside the tensor unwritten.
+template <class T, class Sched>
+__device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_t* empty,
                                         uint8_t* tiles_a, uint8_t* tiles_b, uint8_t* staging,
                                         uint64_t* epilogue_barriers, uint32_t* last_flags,
                                         const TmaDescriptor& tma_d, const SplitKArguments& split,
                                         uint32_t m, uint32_t n, uint32_t num_splits,
                                         uint32_t math_wg, uint32_t cluster_rank) {
+    static_assert(!Sched::kGrouped || (!T::kSplitK && !T::kAccumulate && T::kClusterSize == 1),
+                  "grouped GEMMs: no split-K, no accumulation, no clusters");
     setmaxnreg_inc<T::kConsumerRegisters>();
     float acc[T::kBlockN / 2];
     PipelineState pipe;
@@ -109,8 +117,22 @@ __device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, 
     // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
     const uint32_t a_offset = math_wg * 64 * 128;
 
-    WorkUnit unit;
+    typename Sched::Unit unit;
     while (scheduler.next(unit)) {
+        // Grouped: whether this thread's two fragment rows keep their product, asked before the
+        // K loop so that a look-up in global memory (index layout) overlaps it; and zeros in the
+        // accumulators, which a padding unit (no K blocks) stores as they are. (Zeroed in place
+        // before the loop: a zeroing branch after it made ptxas keep a second copy of the
+        // accumulators, and the 128x256 tile spilled.)
+        [[maybe_unused]] bool keep_row[2] = {true, true};
+        if constexpr (Sched::kGrouped) {
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half)
+                keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
+#pragma unroll
+            for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+                acc[i] = 0.0f;
+        }
         uint32_t previous_stage = 0;
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
             mbarrier_wait(&full[pipe.stage], pipe.phase);
@@ -133,15 +155,38 @@ __device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, 
             previous_stage = pipe.stage;
             pipe.advance<T::kNumStages>();
         }
+        // Outside any branch: a wgmma wait on a path ptxas cannot prove uniform serializes every
+        // wgmma of the kernel (C7518).
         wgmma_wait_group<0>();
         wgmma_fence_operands<T::kBlockN / 2>(acc);
-        release_stage<T>(&empty[previous_stage], cluster_rank);
+        if (!Sched::kGrouped || unit.k_block_begin < unit.k_block_end)
+            release_stage<T>(&empty[previous_stage], cluster_rank);
 
         if constexpr (T::kSplitK) {
             T::SplitEpilogue::store(acc, unit, num_splits, scheduler.num_tiles, math_wg,
                                     split.workspace, split.counters,
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else if constexpr (Sched::kGrouped) {
+#pragma unroll
+            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half)
+#pragma unroll
+                    for (uint32_t j = 0; j < 2; ++j)
+                        acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
+            const uint32_t row0 = scheduler.a_row(unit) + math_wg * 64;
+            const uint32_t col0 = unit.n_block * T::kBlockN;
+            const uint32_t rows = unit.rows_written > math_wg * 64
+                                      ? min(unit.rows_written - math_wg * 64, 64u) : 0u;
+            if (rows == 64) {
+                T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                                   &epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0, col0,
+                                   /*barrier_id=*/1 + math_wg);
+            } else if (rows > 0) {
+                RowLimitedStoreEpilogue<typename T::OutT, T::kBlockN>::store(
+                    acc, static_cast<typename T::OutT*>(split.d), split.ld_d, row0, col0, rows, n);
+            }
         } else {
             T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                                &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
@@ -153,22 +198,19 @@ __device__ __forceinline__ void consume(Scheduler<T> scheduler, uint64_t* full, 
 }
 
 // ---- the kernel body: shared-memory plan, barriers, roles ---------------------------------------
-template <class T>
-__device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                               const TmaDescriptor& tma_d, uint32_t shape_m,
-                                               uint32_t shape_n, uint32_t shape_k,
-                                               const SplitKArguments& split) {
+// The scheduler is built from `scheduler_args` after start-up, so a grouped scheduler may read the
+// group structure (written by the previous kernel, under PDL) as it is built.
+template <class T, class Sched, class... SchedulerArgs>
+__device__ __forceinline__ void bf16_gemm_run(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                              const TmaDescriptor& tma_d, uint32_t m, uint32_t n,
+                                              uint32_t num_splits, const SplitKArguments& split,
+                                              SchedulerArgs... scheduler_args) {
     extern __shared__ uint8_t smem_raw[];
     const SharedPlan<T> plan(smem_raw);
-    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
-    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
-    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
-    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
     const uint32_t warpgroup = threadIdx.x / 128;
 
     start_pipeline<T>(plan, tma_a, tma_b, tma_d);
-    const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
-    const Scheduler<T> scheduler(m, n, num_k_blocks, num_splits);
+    const Sched scheduler(scheduler_args...);
     const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
 
     if (warpgroup == 0) {
@@ -182,6 +224,21 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
                    warpgroup - 1, cluster_rank);
     }
     finish_pipeline<T>();
+}
+
+// The dense GEMM: the persistent tile scheduler over an M x N grid of tiles (and K-slices).
+template <class T>
+__device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                               const TmaDescriptor& tma_d, uint32_t shape_m,
+                                               uint32_t shape_n, uint32_t shape_k,
+                                               const SplitKArguments& split) {
+    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
+    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
+    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
+    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
+    const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
+    bf16_gemm_run<T, Scheduler<T>>(tma_a, tma_b, tma_d, m, n, num_splits, split, m, n,
+                                   num_k_blocks, num_splits);
 }
 
 }  // namespace dg::sm90

@@ -134,4 +134,38 @@ struct SwizzledTmaStoreEpilogue {
     }
 };
 
+// The rows of a warpgroup's tile that a TMA box cannot store alone: the first `rows` of its 64
+// (the others must stay untouched, e.g. past a masked group's row count), stored from the
+// fragment with plain global stores of two elements (4 or 8 bytes). Only the last tile of such a
+// group comes here, so the poorer coalescing costs little. d points at D's element (0, 0), ld_d
+// is its row stride in elements; columns at or past n are skipped (n is even: a row of D is a
+// multiple of 16 bytes).
+template <typename OutT, uint32_t kBlockN>
+struct RowLimitedStoreEpilogue {
+    __device__ __forceinline__ static void store(const float* acc, OutT* d, uint32_t ld_d,
+                                                 uint32_t row0, uint32_t col0, uint32_t rows,
+                                                 uint32_t n) {
+#pragma unroll
+        for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t row = fragment_row(half);
+            if (row >= rows)
+                continue;
+            OutT* d_row = d + static_cast<uint64_t>(row0 + row) * ld_d;
+#pragma unroll
+            for (uint32_t t = 0; t < kBlockN / 8; ++t) {
+                const uint32_t col = col0 + fragment_col(t);
+                if (col < n)
+                    store_pair(d_row + col, acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+            }
+        }
+    }
+
+    __device__ __forceinline__ static void store_pair(float* p, float x, float y) {
+        *reinterpret_cast<float2*>(p) = make_float2(x, y);
+    }
+    __device__ __forceinline__ static void store_pair(__nv_bfloat16* p, float x, float y) {
+        *reinterpret_cast<__nv_bfloat162*>(p) = __float22bfloat162_rn(make_float2(x, y));
+    }
+};
+
 }  // namespace dg::sm90

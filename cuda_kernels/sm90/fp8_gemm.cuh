@@ -10,17 +10,19 @@
 // sfa[row] * sfb[col] and adds it to `acc` with ordinary FP32 FMAs. So the wgmmas of a block are
 // waited for before the next block is issued.
 //
-// Ping-pong: with two consumer warpgroups (block M 128) the warpgroups take turns issuing a K
-// block's wgmmas (named barriers kTurnBarrier + wg), so the tensor core finishes one warpgroup's
-// block while the other's is still queued, and that warpgroup promotes while the tensor core runs
-// the other's. Left to themselves the two warpgroups wait on the same stage barrier, interleave
-// their wgmmas, finish together and promote together with the tensor core idle: measured on the
-// H200 (2026-12-01) at ~720 TFLOPS for every M=4096 shape, the BF16 kernel's rate.
+// What limits it is the consumer threads' issue slots, not the tensor core: every K block costs
+// each consumer thread the promotion (block_n / 2 FFMAs) plus the loop's own instructions, so the
+// K loop is kept lean (scales arrive by TMA with the stage, accumulators start at zero, the 1D2D
+// scale block of each column group is a compile-time fact, the warpgroup index is warp-uniform).
+// Measured on the H200 (2026-12-01, benchmarks/NOTES.md): the first version issued ~400
+// instructions per K block per warp at block N 192 and ran every M=4096 shape at ~720 TFLOPS;
+// the lean loop (~150 at block N 128) runs 1000-1150. Making the two warpgroups take turns at
+// issuing their wgmmas (ping-pong) gained nothing for 1D2D and lost 8-13 % for 1D1D: not kept.
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
-// is gemm_pipeline.cuh's; the epilogue is SwizzledTmaStoreEpilogue. Scales are read with plain
-// global loads one K block ahead: a K block's MMAs take ~1000 cycles, longer than an L2 round
-// trip, and the scales are a few hundred bytes per tile.
+// is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
+// epilogue is SwizzledTmaStoreEpilogue, or SplitKEpilogue when K is split (small M). The 1D2D B
+// scales (one or two per K block and tile) are plain global loads one K block ahead.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,19 +31,23 @@
 #include "../common/ptx.cuh"
 #include "epilogue.cuh"
 #include "gemm_pipeline.cuh"
+#include "splitk_epilogue.cuh"
 #include "wgmma.cuh"
 #include "wgmma_fp8.cuh"
 
 namespace dg::sm90 {
 
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kScaleBPerColumn_,
-          typename OutT_, bool kAccumulate_, uint32_t kGroupM_, uint32_t kClusterM_,
+          typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_, uint32_t kClusterM_,
           uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
 struct Fp8GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     // false: "1D2D", one sfb per 128x128 block of B; true: "1D1D", one per column per 128 of K.
     static constexpr bool kScaleBPerColumn = kScaleBPerColumn_;
     static constexpr bool kAccumulate = kAccumulate_;
+    // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (small M, where the
+    // tiles alone leave SMs idle; num_splits at run time).
+    static constexpr bool kSplitK = kSplitK_;
     static constexpr bool kAKMajor = true, kBKMajor = true;
     static constexpr uint32_t kGroupM = kGroupM_;
     static constexpr uint32_t kClusterM = kClusterM_, kClusterN = kClusterN_;
@@ -58,9 +64,18 @@ struct Fp8GemmTraits {
 
     static constexpr uint32_t kTileABytes = kBlockM * kBlockK;
     static constexpr uint32_t kTileBBytes = kBlockN * kBlockK;
-    static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
+    // Each stage also brings the K block's scales by TMA: sfa of the tile's rows, and in 1D1D sfb
+    // of its columns (FP32 rows of the MN-major scale tensors; out-of-bounds rows read as 0). The
+    // consumers read them from shared memory: no global loads, address math or bounds checks in
+    // the K loop. Each box lands 128-byte aligned (TMA's destination alignment).
+    static constexpr uint32_t kScaleABytes = kBlockM * 4;
+    static constexpr uint32_t kScaleBBytes = kScaleBPerColumn ? (kBlockN * 4 + 127) / 128 * 128 : 0;
+    static constexpr uint32_t kScaleStageBytes = kScaleABytes + kScaleBBytes;
+    static constexpr uint32_t kStageBytes =
+        kTileABytes + kTileBBytes + kScaleABytes + (kScaleBPerColumn ? kBlockN * 4 : 0);
 
     using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
     using Mma = WgmmaFp8<kBlockN>;
 
     // 1D2D: how many 128-column scale blocks of B a tile can overlap. Tiles start at multiples of
@@ -69,14 +84,17 @@ struct Fp8GemmTraits {
                                           : (kBlockN % 32 == 0) ? 32 : 16;
     static constexpr uint32_t kScaleBlocksPerTile = (kScaleGroup - kScaleAlign + kBlockN - 1) / kScaleGroup + 1;
 
-    // Shared-memory plan (read by SharedPlan): stages, epilogue staging, barriers.
+    // Shared-memory plan (read by SharedPlan): stages, epilogue staging, the stages' scales
+    // (after the staging, which must stay 1024-aligned for its swizzle), barriers. Mirrored by
+    // heuristics.sm90.fp8_gemm_shared_memory.
     static constexpr uint32_t kOffsetA = 0;
     static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
     static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
-    static constexpr uint32_t kOffsetBarriers =
-        kOffsetStaging + kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup;
+    static constexpr uint32_t kOffsetScales =
+        kOffsetStaging + (kSplitK ? 0 : kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup);
+    static constexpr uint32_t kOffsetBarriers = kOffsetScales + kNumStages * kScaleStageBytes;
     static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
-    static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // unused here
+    static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 
     // Registers: each consumer thread holds two sets of BLOCK_N/2 FP32 values (acc and partial).
@@ -91,16 +109,52 @@ struct Fp8GemmTraits {
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
 };
 
-// Scale-factor arguments. sfa: element (row, k_block) at k_block * ld_sfa + row (MN-major).
-// 1D2D sfb: element (n_block, k_block) at n_block * ld_sfb + k_block (row-major, ceil(N/128) rows).
-// 1D1D sfb: element (col, k_block) at k_block * ld_sfb + col (MN-major).
+// Scale-factor arguments. The tensor maps tma_sfa (rows: K blocks, columns: M) and, for 1D1D,
+// tma_sfb (rows: K blocks, columns: N) give the stages their scales; 1D2D sfb is read from global
+// memory: element (n_block, k_block) at n_block * ld_sfb + k_block (row-major, ceil(N/128) rows).
 // head_*: fp8_gemm_nt_skip_head_mid's (left, mid, right) column split, or all zero.
 struct Fp8ScaleArguments {
-    const float* sfa;
     const float* sfb;
-    uint32_t ld_sfa, ld_sfb;
+    uint32_t ld_sfb;
     uint32_t head_left, head_mid, head_right;
 };
+
+// Split-K arguments (ignored unless T::kSplitK): as the BF16 kernel's (bf16_gemm.cuh).
+struct Fp8SplitArguments {
+    uint32_t num_splits;
+    float* workspace;
+    uint32_t* counters;
+    void* d;
+    uint32_t ld_d;
+};
+
+// Loads a stage's scales (gemm_pipeline.cuh's produce() calls this after the operand tiles).
+template <class T>
+struct ScaleTileLoads {
+    const TmaDescriptor* tma_sfa;
+    const TmaDescriptor* tma_sfb;
+    uint8_t* scales;   // the stages' scale region
+
+    __device__ __forceinline__ void operator()(uint32_t stage, uint64_t* full, const WorkUnit& unit,
+                                               uint32_t k_block) const {
+        uint8_t* slot = scales + stage * T::kScaleStageBytes;
+        tma_load_2d(slot, tma_sfa, full, unit.m_block * T::kBlockM, k_block);
+        if constexpr (T::kScaleBPerColumn)
+            tma_load_2d(slot + T::kScaleABytes, tma_sfb, full, unit.n_block * T::kBlockN, k_block);
+    }
+};
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+    return v;
+}
+
+__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
 
 // This thread's scales for one K block: A's for its two fragment rows, B's for the tile's scale
 // blocks (1D2D) or for its fragment columns (1D1D).
@@ -110,36 +164,60 @@ struct BlockScales {
     float a[2];
     float b[kNumB];
 
-    __device__ __forceinline__ void load(const Fp8ScaleArguments& args, uint32_t k_block,
-                                         uint32_t row0, uint32_t m, uint32_t n0, uint32_t n) {
+    // This thread's byte offsets in a stage's scale slot: its first fragment row's sfa (the
+    // second is 8 rows on) and its first fragment column's sfb (the others are 8t columns on).
+    struct SlotOffsets {
+        uint32_t a, b;
+        __device__ __forceinline__ explicit SlotOffsets(uint32_t math_wg)
+            : a((math_wg * 64 + fragment_row(0)) * 4), b(T::kScaleABytes + fragment_col(0) * 4) {}
+    };
+
+    // From the stage's scale slot (sfa, and 1D1D sfb), read while the stage is still held.
+    __device__ __forceinline__ void read_stage(uint32_t slot, const SlotOffsets& offsets) {
 #pragma unroll
-        for (uint32_t half = 0; half < 2; ++half) {
-            const uint32_t row = row0 + fragment_row(half);
-            a[half] = row < m ? __ldg(args.sfa + k_block * args.ld_sfa + row) : 0.0f;
-        }
+        for (uint32_t half = 0; half < 2; ++half)
+            a[half] = ld_shared_f32(slot + offsets.a + half * 8 * 4);
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
             for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
-                // Columns come in pairs from an even index. With an odd N the pair at the edge
-                // reads one float past column N-1: inside the TMA-aligned row (ld_sfb =
-                // align(N, 4)) for every row but possibly the last K block's, where it may touch
-                // the allocator's rounding; that value only scales column N, which the store clips.
-                const uint32_t col = n0 + fragment_col(t);
-                float2 pair = make_float2(0.0f, 0.0f);
-                if (col < n)
-                    pair = __ldg(reinterpret_cast<const float2*>(args.sfb + k_block * args.ld_sfb + col));
+                const float2 pair = ld_shared_f32x2(slot + offsets.b + t * 8 * 4);
                 b[2 * t] = pair.x;
                 b[2 * t + 1] = pair.y;
             }
-        } else {
-            const uint32_t num_n_blocks = (n + T::kScaleGroup - 1) / T::kScaleGroup;
-#pragma unroll
-            for (uint32_t j = 0; j < kNumB; ++j) {
-                const uint32_t n_block = n0 / T::kScaleGroup + j;
-                b[j] = n_block < num_n_blocks ? __ldg(args.sfb + n_block * args.ld_sfb + k_block) : 0.0f;
-            }
         }
     }
+};
+
+// 1D2D: the tile's B scale blocks, one pointer per block the tile overlaps (clamped to the last
+// block of B: a block past it only scales columns >= N, which the store clips), each moved one K
+// block on per load, loaded one K block ahead of use: a uniform load per block and warp, its L2
+// latency hidden behind a K block's MMAs.
+template <class T>
+struct BlockScalesB1d2d {
+    static constexpr uint32_t kNumB = T::kScaleBlocksPerTile;
+    const float* rows[kNumB];
+
+    __device__ __forceinline__ BlockScalesB1d2d(const Fp8ScaleArguments& args, uint32_t n0, uint32_t n,
+                                                uint32_t k_block) {
+        const uint32_t last = (n + T::kScaleGroup - 1) / T::kScaleGroup - 1;
+#pragma unroll
+        for (uint32_t j = 0; j < kNumB; ++j)
+            rows[j] = args.sfb + static_cast<uint64_t>(min(n0 / T::kScaleGroup + j, last)) * args.ld_sfb
+                      + k_block;
+    }
+    // The scales of the next K block in order.
+    __device__ __forceinline__ void load_next(float (&b)[kNumB]) {
+#pragma unroll
+        for (uint32_t j = 0; j < kNumB; ++j)
+            b[j] = __ldg(rows[j]++);
+    }
+};
+
+// The promotion of one K block's partial sums into the accumulators.
+template <class T>
+struct Promotion {
+    static constexpr uint32_t kNumB = BlockScales<T>::kNumB;
+    using Scales = BlockScales<T>;
 
     // acc += partial * sfa[row] * sfb[col]: one FFMA per element (acc starts each tile at zero).
     // The promotion runs once per K block in every consumer thread, and the issue slots of the
@@ -148,7 +226,10 @@ struct BlockScales {
     // instructions per K block per warp at block N 192): so the 1D2D scale block of each column
     // group is a compile-time fact, by one instantiation per offset of the tile inside its first
     // scale block (promote_1d2d), chosen once per K block.
-    __device__ __forceinline__ void promote(float* acc, const float* partial, uint32_t n0) const {
+    __device__ __forceinline__ static void promote(float* acc, const float* partial, uint32_t n0,
+                                                   const Scales& scales) {
+        const float* a = scales.a;
+        const float* b = scales.b;
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
             for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
@@ -217,7 +298,8 @@ __device__ __forceinline__ uint32_t skip_head_mid_column(uint32_t col, const Fp8
 template <class T>
 __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const SharedPlan<T>& plan,
                                             const TmaDescriptor& tma_d,
-                                            const Fp8ScaleArguments& scales, uint32_t m, uint32_t n,
+                                            const Fp8ScaleArguments& scales,
+                                            const Fp8SplitArguments& split, uint32_t m, uint32_t n,
                                             uint32_t math_wg, uint32_t cluster_rank) {
     setmaxnreg_inc<T::kConsumerRegisters>();
     float acc[T::kBlockN / 2];
@@ -229,12 +311,8 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
     const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
-    // Ping-pong turns (see the header comment): warpgroup 0 issues first.
-    constexpr bool kPingPong = T::kNumMathWarpgroups == 2;
-    constexpr uint32_t kTurnBarrier = 3;   // 1 and 2 are the epilogue's, one per warpgroup
-    constexpr uint32_t kTurnThreads = 256;
-    if (kPingPong && math_wg == 1)
-        named_barrier_arrive(kTurnBarrier, kTurnThreads);
+    const uint32_t scale_slots = smem_addr(plan.tiles_a + (T::kOffsetScales - T::kOffsetA));
+    const typename BlockScales<T>::SlotOffsets slot_offsets(math_wg);
 
     WorkUnit unit;
     while (scheduler.next(unit)) {
@@ -243,20 +321,25 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
 #pragma unroll
         for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
             acc[i] = 0.0f;
-        BlockScales<T> next;
-        next.load(scales, unit.k_block_begin, row0, m, n0, n);
+        BlockScales<T> current;
+        float next_b[BlockScales<T>::kNumB];
+        [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin);
+        if constexpr (!T::kScaleBPerColumn)
+            b_rows.load_next(next_b);
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-            const BlockScales<T> current = next;
-            if (kb + 1 < unit.k_block_end)
-                next.load(scales, kb + 1, row0, m, n0, n);
+            if constexpr (!T::kScaleBPerColumn) {
+#pragma unroll
+                for (uint32_t j = 0; j < BlockScales<T>::kNumB; ++j)
+                    current.b[j] = next_b[j];
+                if (kb + 1 < unit.k_block_end)
+                    b_rows.load_next(next_b);
+            }
 
             mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
             // Descriptors differ from stage 0's only in the start-address field (address / 16,
             // 14 bits: no carry below 256 KB), so they are offsets of two precomputed ones.
             const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes) >> 4);
             const uint64_t stage_b = desc_b0 + ((pipe.stage * T::kTileBBytes) >> 4);
-            if constexpr (kPingPong)
-                named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             wgmma_fence();
 #pragma unroll
@@ -264,50 +347,65 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
                 T::Mma::mma(stage_a + ks * kStep / 16, stage_b + ks * kStep / 16, partial, ks > 0);
             }
             wgmma_commit_group();
-            if constexpr (kPingPong)
-                named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), kTurnThreads);
+            // The stage's scales, read under the MMAs and before the stage is released.
+            current.read_stage(scale_slots + pipe.stage * T::kScaleStageBytes, slot_offsets);
             wgmma_wait_group<0>();
             wgmma_fence_operands<T::kBlockN / 2>(partial);
             release_stage<T>(&plan.empty[pipe.stage], cluster_rank);
             pipe.advance<T::kNumStages>();
-            current.promote(acc, partial, n0);
+            Promotion<T>::promote(acc, partial, n0, current);
         }
-        T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                           &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
-                           skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
+        if constexpr (T::kSplitK) {
+            // (The host never splits skip-head-mid problems: this store has no column remap.)
+            T::SplitEpilogue::store(acc, unit, split.num_splits, scheduler.num_tiles, math_wg,
+                                    split.workspace, split.counters,
+                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
+                                    &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else {
+            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
+                               skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
+        }
     }
-    // Warpgroup 1 handed over one turn more than warpgroup 0 took (its first): take it, so that
-    // no barrier is left mid-phase.
-    if (kPingPong && math_wg == 0)
-        named_barrier_sync(kTurnBarrier, kTurnThreads);
     T::Epilogue::finish();
 }
 
 // ---- the kernel body ------------------------------------------------------------------------------
 template <class T>
 __device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                              const TmaDescriptor& tma_d, uint32_t shape_m,
+                                              const TmaDescriptor& tma_d, const TmaDescriptor& tma_sfa,
+                                              const TmaDescriptor& tma_sfb, uint32_t shape_m,
                                               uint32_t shape_n, uint32_t shape_k,
-                                              const Fp8ScaleArguments& scales) {
+                                              const Fp8ScaleArguments& scales,
+                                              const Fp8SplitArguments& split) {
     extern __shared__ uint8_t smem_raw[];
     const SharedPlan<T> plan(smem_raw);
     const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
     const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
     const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
     const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
-    const uint32_t warpgroup = threadIdx.x / 128;
+    // Broadcast from lane 0: the compiler then knows it is warp-uniform and keeps the role,
+    // stage and descriptor arithmetic in uniform registers (with a plain threadIdx.x / 128 it
+    // rebuilt the wgmma descriptors in vector registers every K block: ~40 extra instructions).
+    const uint32_t warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
+    if (threadIdx.x == 0) {
+        tma_prefetch_descriptor(&tma_sfa);
+        if constexpr (T::kScaleBPerColumn)
+            tma_prefetch_descriptor(&tma_sfb);
+    }
     start_pipeline<T>(plan, tma_a, tma_b, tma_d);
-    const Scheduler<T> scheduler(m, n, num_k_blocks, 1);
+    const Scheduler<T> scheduler(m, n, num_k_blocks, T::kSplitK ? split.num_splits : 1);
     const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
 
     if (warpgroup == 0) {
         setmaxnreg_dec<T::kProducerRegisters>();
         if (threadIdx.x == 0)
             produce<T>(tma_a, tma_b, scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
-                       cluster_rank);
+                       cluster_rank,
+                       ScaleTileLoads<T>{&tma_sfa, &tma_sfb, plan.tiles_a + (T::kOffsetScales - T::kOffsetA)});
     } else {
-        consume_fp8<T>(scheduler, plan, tma_d, scales, m, n, warpgroup - 1, cluster_rank);
+        consume_fp8<T>(scheduler, plan, tma_d, scales, split, m, n, warpgroup - 1, cluster_rank);
     }
     finish_pipeline<T>();
 }

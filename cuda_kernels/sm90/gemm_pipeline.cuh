@@ -92,12 +92,22 @@ __device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma
     }
 }
 
-template <class T>
+// A family's extra per-stage loads (FP8: the K block's scales), issued after the operand tiles
+// on the same full barrier; T::kStageBytes counts their bytes. The default loads nothing.
+struct NoStageExtras {
+    __device__ __forceinline__ void operator()(uint32_t, uint64_t*, const WorkUnit&, uint32_t) const {}
+};
+
+// `Sched` is Scheduler<T> or a grouped scheduler (scheduler_grouped.cuh): it hands out the units
+// and says where their tiles start in A's and B's descriptors. A unit without K blocks (a grouped
+// padding tile) loads nothing.
+template <class T, class Sched, class StageExtras = NoStageExtras>
 __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                        Scheduler<T> scheduler, uint64_t* full, uint64_t* empty,
-                                        uint8_t* tiles_a, uint8_t* tiles_b, uint32_t cluster_rank) {
+                                        Sched scheduler, uint64_t* full, uint64_t* empty,
+                                        uint8_t* tiles_a, uint8_t* tiles_b, uint32_t cluster_rank,
+                                        const StageExtras& extras = StageExtras{}) {
     PipelineState pipe;
-    WorkUnit unit;
+    typename Sched::Unit unit;
     while (scheduler.next(unit)) {
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
             // The stage is free once every consumer warp that reads it (in both CTAs of a
@@ -106,9 +116,10 @@ __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDes
             mbarrier_arrive_expect_tx(&full[pipe.stage], T::kStageBytes);
             const uint32_t k0 = kb * T::kBlockK;
             load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, tma_a, &full[pipe.stage],
-                           unit.m_block * T::kBlockM, k0, cluster_rank);
+                           scheduler.a_row(unit), k0, cluster_rank);
             load_b_tile<T>(tiles_b + pipe.stage * T::kTileBBytes, tma_b, &full[pipe.stage],
-                           unit.n_block * T::kBlockN, k0, cluster_rank);
+                           scheduler.b_row(unit), scheduler.b_k_offset(unit) + k0, cluster_rank);
+            extras(pipe.stage, &full[pipe.stage], unit, kb);
             pipe.advance<T::kNumStages>();
         }
     }

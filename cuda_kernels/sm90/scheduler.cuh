@@ -48,19 +48,19 @@ struct PersistentTileScheduler {
           next_unit(blockIdx.x / kClusterSize),
           rank(blockIdx.x % kClusterSize) {}
 
+    // The grouped schedulers (scheduler_grouped.cuh) name their own unit type and are the only
+    // ones that mask rows or hand out units without K blocks.
+    using Unit = WorkUnit;
+    static constexpr bool kGrouped = false;
+
     // Returns false when this CTA has no work left.
     __device__ __forceinline__ bool next(WorkUnit& unit) {
         if (next_unit >= num_units)
             return false;
         unit.split = next_unit / num_group_tiles;
         const uint32_t tile_index = next_unit - unit.split * num_group_tiles;
-        const uint32_t tiles_per_group = kGroupRows * num_n_groups;
-        const uint32_t group = tile_index / tiles_per_group;
-        const uint32_t first_row = group * kGroupRows;
-        const uint32_t rows_in_group = min(num_m_groups - first_row, kGroupRows);
-        const uint32_t in_group = tile_index - group * tiles_per_group;
-        const uint32_t m_group = first_row + in_group % rows_in_group;
-        const uint32_t n_group = in_group / rows_in_group;
+        uint32_t m_group, n_group;
+        swizzle(tile_index, num_m_groups, num_n_groups, m_group, n_group);
         unit.m_block = kClusterM > 1 ? m_group * kClusterM + rank : m_group;
         unit.n_block = kClusterN > 1 ? n_group * kClusterN + rank : n_group;
         unit.tile = unit.m_block * num_n_blocks + unit.n_block;
@@ -69,6 +69,29 @@ struct PersistentTileScheduler {
         next_unit += gridDim.x / kClusterSize;
         return true;
     }
+
+    // Tile `index` of a rows x cols grid of (cluster-wide) tiles in the L2-friendly order: groups
+    // of kGroupRows rows, each swept column by column.
+    __device__ __forceinline__ static void swizzle(uint32_t index, uint32_t rows, uint32_t cols,
+                                                   uint32_t& row, uint32_t& col) {
+        const uint32_t tiles_per_group = kGroupRows * cols;
+        const uint32_t group = index / tiles_per_group;
+        const uint32_t first_row = group * kGroupRows;
+        const uint32_t rows_in_group = min(rows - first_row, kGroupRows);
+        const uint32_t in_group = index - group * tiles_per_group;
+        row = first_row + in_group % rows_in_group;
+        col = in_group / rows_in_group;
+    }
+
+    // Where a unit's tiles start in the operands' 2-D descriptors (A rows, B rows, B's K offset);
+    // the grouped schedulers move them by the group.
+    __device__ __forceinline__ static uint32_t a_row(const WorkUnit& unit) {
+        return unit.m_block * kBlockM;
+    }
+    __device__ __forceinline__ static uint32_t b_row(const WorkUnit& unit) {
+        return unit.n_block * kBlockN;
+    }
+    __device__ __forceinline__ static uint32_t b_k_offset(const WorkUnit&) { return 0; }
 };
 
 }  // namespace dg::sm90

@@ -68,17 +68,19 @@ def epilogue_staging_cols(block_n: int, out_bytes: int) -> int:
 
 
 def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int,
-                            split_k: bool = False) -> int:
-    """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes)."""
+                            split_k: bool = False, extra_stage_bytes: int = 0) -> int:
+    """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes;
+    `extra_stage_bytes`: a family's per-stage extras, e.g. the FP8 kernel's scales)."""
     warpgroups = block_m // 64
-    stage = (block_m + block_n) * BLOCK_K_BF16 * 2
+    stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
     staging = 0 if split_k else block_m * epilogue_staging_cols(block_n, out_bytes) * out_bytes
     barriers = (2 * num_stages + warpgroups) * 8
     return num_stages * stage + staging + barriers + warpgroups * 4 + 1024
 
 
-def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False) -> int:
-    stage = (block_m + block_n) * BLOCK_K_BF16 * 2
+def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False,
+               extra_stage_bytes: int = 0) -> int:
+    stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
     fixed = bf16_gemm_shared_memory(block_m, block_n, 0, out_bytes, split_k)
     return min((SMEM_LIMIT - fixed - 16 * 8) // stage, MAX_STAGES)
 
@@ -99,14 +101,14 @@ def _tensor_core_efficiency(block_m: int, block_n: int) -> float:
 
 
 def estimate_cycles(m: int, n: int, k: int, block_m: int, block_n: int, num_splits: int,
-                    num_sms: int) -> float:
+                    num_sms: int, efficiency=None) -> float:
     tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
     k_blocks = math.ceil(k / BLOCK_K_BF16)
     k_slice = math.ceil(k_blocks / num_splits) * BLOCK_K_BF16
     units = tiles * num_splits
     rounds = math.ceil(units / num_sms)
     compute = 2 * block_m * block_n * k_slice / (
-        PEAK_FLOPS_PER_CLOCK * _tensor_core_efficiency(block_m, block_n))
+        PEAK_FLOPS_PER_CLOCK * (efficiency or _tensor_core_efficiency)(block_m, block_n))
     l2 = (block_m + block_n) * k_slice * 2 / L2_BYTES_PER_CLOCK
     unit = max(compute, l2) + UNIT_OVERHEAD_CLOCKS
     hbm = (m * k + n * k) * 2 / HBM_BYTES_PER_CLOCK
@@ -127,12 +129,12 @@ def _valid_splits(k: int, num_splits: int) -> int:
 
 def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
                 out_bytes: int, num_sms: int, cluster_n: int = 1,
-                cluster_m: int = 1) -> Bf16GemmConfig | None:
+                cluster_m: int = 1, extra_stage_bytes: int = 0) -> Bf16GemmConfig | None:
     """A runnable config, or None: too few stages fit, the cluster is not 1 or 2 CTAs along one
     axis, or it does not divide the blocks along its axis (a cluster's CTAs take adjacent tiles)
     or the SMs."""
     num_splits = _valid_splits(k, num_splits)
-    stages = max_stages(block_m, block_n, out_bytes, num_splits > 1)
+    stages = max_stages(block_m, block_n, out_bytes, num_splits > 1, extra_stage_bytes)
     m_blocks, n_blocks = math.ceil(m / block_m), math.ceil(n / block_n)
     cluster = cluster_m * cluster_n
     if (stages < 3 or cluster not in (1, 2) or m_blocks % cluster_m or n_blocks % cluster_n
@@ -200,6 +202,36 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
 FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
 
 
+def fp8_scale_stage_bytes(kind: str, block_m: int, block_n: int) -> int:
+    """Mirrors Fp8GemmTraits::kScaleStageBytes: each stage's sfa row (block_m floats) and, for
+    1D1D, its sfb row (block_n floats, rounded up to 128 bytes)."""
+    return block_m * 4 + (-(-block_n * 4 // 128) * 128 if kind == "1d1d" else 0)
+
+
+def fp8_gemm_shared_memory(kind: str, block_m: int, block_n: int, num_stages: int,
+                           out_bytes: int, split_k: bool = False) -> int:
+    """Mirrors Fp8GemmTraits::kSmemBytes: the BF16 plan (a 128-wide FP8 K block has the bytes of a
+    64-wide BF16 one) plus the stages' scales."""
+    return bf16_gemm_shared_memory(block_m, block_n, num_stages, out_bytes, split_k,
+                                   extra_stage_bytes=fp8_scale_stage_bytes(kind, block_m, block_n))
+
+
+def make_fp8_config(kind: str, m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
+                    out_bytes: int, num_sms: int, cluster_n: int = 1,
+                    cluster_m: int = 1) -> Bf16GemmConfig | None:
+    """make_config with the FP8 kernel's stage size (tiles plus scales)."""
+    return make_config(m, n, block_m, block_n, num_splits, k, out_bytes, num_sms, cluster_n,
+                       cluster_m, fp8_scale_stage_bytes(kind, block_m, block_n))
+
+
+def _fp8_tensor_core_efficiency(block_m: int, block_n: int) -> float:
+    """The BF16 model's efficiency, less the promotion's share: every 128-wide K block costs each
+    consumer thread a fixed ~80 issued instructions plus block_n / 2 FFMAs (1D2D), so wider tiles
+    amortize more. Fitted to the 2026-12-01 H200 sweep at M=4096: per K block, 59 % of peak at
+    block N 128, 62 % at 160, 65 % at 192 (bench_gemm.py --family fp8_gemm --sweep)."""
+    return _tensor_core_efficiency(block_m, block_n) * (0.72 + 0.07 * (block_n - 128) / 64)
+
+
 def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
     limit = FP8_MAX_BLOCK_N[kind]
     return block_n <= (limit if block_m == 128 or kind == "1d2d" else 128)
@@ -209,20 +241,125 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
                            kind: str = "1d2d", block_n_divides: int | None = None) -> Bf16GemmConfig:
     """The FP8 kernel's tile: same pipeline and shared-memory plan as the BF16 kernel (a 128-wide
     FP8 K block is 128 bytes per row, like a 64-wide BF16 one, and runs at twice the rate, so the
-    BF16 cost model applies with K halved). No split-K and no clusters yet. `block_n_divides`:
-    BLOCK_N must divide it (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns)."""
+    BF16 cost model applies with K halved), split-K where the tiles leave SMs idle; no clusters
+    (measured no faster, NOTES.md). `block_n_divides`: BLOCK_N must divide it
+    (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns, and never splits K: its
+    split-K store has no column remap). A tuned entry (autotune_configs/sm90/fp8_gemm.json) wins."""
+    if block_n_divides is None:
+        tuned = tuned_fp8_config(kind, m, n, k, out_bytes, num_sms)
+        if tuned is not None:
+            return tuned
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n):
         if not fp8_block_n_fits(kind, block_m, block_n) or (block_n_divides and block_n_divides % block_n):
             continue
-        config = make_config(m, n, block_m, block_n, 1, k, out_bytes, num_sms)
-        if config is None:
-            continue
-        cycles = estimate_cycles(m, n, -(-k // 2), block_m, block_n, 1, num_sms)
-        score = (cycles, -(block_m * block_n))
-        if best is None or score < best[0]:
-            best = (score, config)
+        tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
+        split_options = range(1, MAX_SPLITS + 1) if tiles < num_sms and not block_n_divides else (1,)
+        for splits in split_options:
+            config = make_fp8_config(kind, m, n, block_m, block_n, splits, k, out_bytes, num_sms)
+            if config is None or (splits > 1 and config.num_splits != splits):
+                continue
+            cycles = estimate_cycles(m, n, -(-k // 2), block_m, block_n, config.num_splits, num_sms,
+                                     _fp8_tensor_core_efficiency)
+            score = (cycles, config.num_splits, -(block_m * block_n))
+            if best is None or score < best[0]:
+                best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 FP8 GEMM config for m={m} n={n} k={k}"
                            + (f" with block N dividing {block_n_divides}" if block_n_divides else ""))
     return best[1]
+
+
+@functools.cache
+def _tuned_fp8_table() -> dict:
+    try:
+        path = autotune_configs_dir() / "sm90" / "fp8_gemm.json"
+    except FileNotFoundError:
+        return {}
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())["entries"]
+    return {tuple(e["key"]): e["config"] for e in entries}
+
+
+def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None:
+    """A measured winner for exactly this problem (bench_gemm.py --family fp8_gemm --sweep)."""
+    entry = _tuned_fp8_table().get((kind, m, n, k, out_bytes, num_sms))
+    if entry is None:
+        return None
+    return make_fp8_config(kind, m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
+                           out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
+
+
+# M-grouped BF16 GEMMs (bf16_gemm.cuh with the schedulers of scheduler_grouped.cuh): the dense
+# kernel's tiles, stages and cost model; only block M is fixed by the layout (API.md 7).
+GROUPED_CONTIGUOUS, GROUPED_MASKED = "contiguous", "masked"
+
+
+def grouped_contiguous_block_m(mk_alignment: int) -> int | None:
+    """The contiguous layouts' block M: the largest of the kernel's {128, 64} dividing the mk
+    alignment (DeepGEMM uses the alignment itself; a divisor keeps tiles inside one group too), or
+    None when neither divides it (the portable path serves such alignments)."""
+    for block_m in (128, 64):
+        if mk_alignment % block_m == 0:
+            return block_m
+    return None
+
+
+def estimate_grouped_cycles(num_groups: int, rows_per_group: int, n: int, k: int, block_m: int,
+                            block_n: int, num_sms: int) -> float:
+    """estimate_cycles for `num_groups` GEMMs of rows_per_group x n x k sharing one persistent grid:
+    every group rounds its rows up to whole tiles, and reads its own B from HBM."""
+    tiles = num_groups * math.ceil(rows_per_group / block_m) * math.ceil(n / block_n)
+    rounds = math.ceil(tiles / num_sms)
+    k_padded = math.ceil(k / BLOCK_K_BF16) * BLOCK_K_BF16
+    compute = 2 * block_m * block_n * k_padded / (
+        PEAK_FLOPS_PER_CLOCK * _tensor_core_efficiency(block_m, block_n))
+    l2 = (block_m + block_n) * k_padded * 2 / L2_BYTES_PER_CLOCK
+    unit = max(compute, l2) + UNIT_OVERHEAD_CLOCKS
+    hbm = num_groups * (rows_per_group * k + n * k + rows_per_group * n) * 2 / HBM_BYTES_PER_CLOCK
+    return max(rounds * unit, hbm)
+
+
+def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int, rows: int,
+                                 n: int, k: int, num_sms: int, mk_alignment: int | None = None,
+                                 b_k_major: bool = True,
+                                 block_n_multiple: int = 1) -> Bf16GemmConfig | None:
+    """The tile of an M-grouped BF16 GEMM, or None when the kernel cannot serve it (a contiguous mk
+    alignment with no block M dividing it).
+
+    kind GROUPED_CONTIGUOUS: block M from the mk alignment (grouped_contiguous_block_m); block N by
+    the cost model for `num_groups` groups of `rows_per_group` rows (M / G for the index layout,
+    expected_m_for_psum_layout for psum). GROUPED_MASKED: block M in {64, 128} and block N by the
+    cost model with `rows_per_group` = expected_m. `rows`: A's rows, M (contiguous) or max_m per
+    group (masked); the most tiles they make cap the persistent grid. Ties on modelled cycles go
+    to the tiling that keeps more SMs busy (memory-bound decode shapes tie on HBM time), then to
+    the larger tile."""
+    if kind == GROUPED_CONTIGUOUS:
+        block_m = grouped_contiguous_block_m(mk_alignment)
+        if block_m is None:
+            return None
+        block_ms = (block_m,)
+    elif kind == GROUPED_MASKED:
+        block_ms = (64,) if rows_per_group <= 64 else (64, 128)
+    else:
+        raise ValueError(f"unknown grouped GEMM kind {kind!r}")
+    rows_per_group = max(rows_per_group, 1)
+    best = None
+    for block_m in block_ms:
+        for block_n in sorted({bn for _, bn in bf16_gemm_candidates(128, n, b_k_major, block_n_multiple)}):
+            config = make_config(block_m, n, block_m, block_n, 1, k, 2, num_sms)
+            if config is None:
+                continue
+            cycles = estimate_grouped_cycles(num_groups, rows_per_group, n, k, block_m, block_n, num_sms)
+            tiles = num_groups * math.ceil(rows_per_group / block_m) * math.ceil(n / block_n)
+            score = (round(cycles, -2), -min(tiles, num_sms), -(block_m * block_n))
+            if best is None or score < best[0]:
+                best = (score, config)
+    if best is None:
+        return None
+    config = best[1]
+    stacks = num_groups if kind == GROUPED_MASKED else 1
+    most_tiles = stacks * math.ceil(rows / config.block_m) * math.ceil(n / config.block_n)
+    from dataclasses import replace
+    return replace(config, num_sms=max(1, min(num_sms, most_tiles)))

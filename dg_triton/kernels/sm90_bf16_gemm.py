@@ -145,6 +145,21 @@ def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int
             k if "k" in compiled_dims else 0)
 
 
+def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, device) -> tuple[int, int, int]:
+    """(num_splits, workspace, counters) for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh):
+    an FP32 partial per K-slice and tile, and per-tile counters zeroed once (the kernel leaves them
+    zeroed). The buffers live as long as the process, so captured graphs keep valid pointers.
+    (1, 0, 0) without split-K."""
+    if config.num_splits == 1:
+        return 1, 0, 0
+    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    workspace = torch.empty(config.num_splits * tiles * config.block_m * config.block_n,
+                            dtype=torch.float32, device=device)
+    counters = torch.zeros(tiles * (config.block_m // 64), dtype=torch.int32, device=device)
+    _split_buffers.append((workspace, counters))
+    return config.num_splits, workspace.data_ptr(), counters.data_ptr()
+
+
 def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate, compiled_dims,
                config: Bf16GemmConfig | None) -> _Plan:
     device_index = d.device.index
@@ -160,14 +175,7 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         cluster=config.cluster_size, pdl=settings._pdl)
-    split_args = (1, 0, 0)
-    if spec.split_k:
-        tiles = -(-m // config.block_m) * -(-n // config.block_n)
-        workspace = torch.empty(config.num_splits * tiles * config.block_m * config.block_n,
-                                dtype=torch.float32, device=d.device)
-        counters = torch.zeros(tiles * (config.block_m // 64), dtype=torch.int32, device=d.device)
-        _split_buffers.append((workspace, counters))  # alive as long as the plan (process)
-        split_args = (config.num_splits, workspace.data_ptr(), counters.data_ptr())
+    split_args = split_k_arguments(config, m, n, d.device)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m,
                                                      config.cluster_n)),

@@ -15,11 +15,12 @@ import torch
 from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.errors import reject
-from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
-                                       choose_fp8_gemm_config, epilogue_swizzle_bytes)
+from dg_triton.heuristics.sm90 import (Bf16GemmConfig, choose_fp8_gemm_config,
+                                       epilogue_swizzle_bytes, fp8_gemm_shared_memory)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
-from dg_triton.kernels.sm90_bf16_gemm import _compiled_dims, _current_stream, _load_source
+from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
+                                              split_k_arguments)
 
 KERNEL_SYMBOL = "sm90_fp8_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -56,6 +57,7 @@ class Fp8GemmKernelSpec:
     shape_m: int = 0              # 0: passed at run time (compiled_dims)
     shape_n: int = 0
     shape_k: int = 0
+    probe_defines: tuple = ()     # macros of probe builds (benchmarks/probe_fp8.py); never set by the API
 
     @property
     def name(self) -> str:
@@ -63,39 +65,50 @@ class Fp8GemmKernelSpec:
         kind = "1d1d" if self.scale_b_per_column else "1d2d"
         out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
         return (f"sm90_fp8_gemm_{kind}_{c.block_m}x{c.block_n}_s{c.num_stages}_{out}"
-                f"{'_acc' if self.accumulate else ''}"
+                f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
-                f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}")
+                f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
+                + "".join(f"_{d.lower()}" for d in self.probe_defines))
+
+    @property
+    def split_k(self) -> bool:
+        return self.config.num_splits > 1
 
     @property
     def shared_memory(self) -> int:
-        # A 128-wide FP8 K block has the bytes of a 64-wide BF16 one: the BF16 plan applies.
         c = self.config
-        return bf16_gemm_shared_memory(c.block_m, c.block_n, c.num_stages,
-                                       torch.finfo(self.out_dtype).bits // 8)
+        return fp8_gemm_shared_memory("1d1d" if self.scale_b_per_column else "1d2d", c.block_m,
+                                      c.block_n, c.num_stages, torch.finfo(self.out_dtype).bits // 8,
+                                      self.split_k)
 
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
+        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
         return f'''// {self.name}
-#include "sm90/fp8_gemm.cuh"
+{defines}#include "sm90/fp8_gemm.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.scale_b_per_column)},
-    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {c.group_m}, {c.cluster_m}, {c.cluster_n},
+    {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_m}, {c.cluster_n},
     {self.shape_m}, {self.shape_n}, {self.shape_k}>;
-// The host asks for exactly this much shared memory (heuristics.sm90.bf16_gemm_shared_memory).
+// The host asks for exactly this much shared memory (heuristics.sm90.fp8_gemm_shared_memory).
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
 
 extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 {KERNEL_SYMBOL}(const __grid_constant__ dg::TmaDescriptor tma_a,
                const __grid_constant__ dg::TmaDescriptor tma_b,
                const __grid_constant__ dg::TmaDescriptor tma_d,
+               const __grid_constant__ dg::TmaDescriptor tma_sfa,
+               const __grid_constant__ dg::TmaDescriptor tma_sfb,
                uint32_t shape_m, uint32_t shape_n, uint32_t shape_k,
-               uint32_t ld_sfa, uint32_t ld_sfb, uint32_t head_left, uint32_t head_mid,
-               uint32_t head_right, const float* sfa, const float* sfb) {{
-    const dg::sm90::Fp8ScaleArguments scales{{sfa, sfb, ld_sfa, ld_sfb, head_left, head_mid, head_right}};
-    dg::sm90::fp8_gemm_body<Traits>(tma_a, tma_b, tma_d, shape_m, shape_n, shape_k, scales);
+               uint32_t ld_sfb, uint32_t head_left, uint32_t head_mid, uint32_t head_right,
+               uint32_t num_splits, float* workspace, uint32_t* counters, uint32_t ld_d,
+               const float* sfb, void* d) {{
+    const dg::sm90::Fp8ScaleArguments scales{{sfb, ld_sfb, head_left, head_mid, head_right}};
+    const dg::sm90::Fp8SplitArguments split{{num_splits, workspace, counters, d, ld_d}};
+    dg::sm90::fp8_gemm_body<Traits>(tma_a, tma_b, tma_d, tma_sfa, tma_sfb, shape_m, shape_n,
+                                    shape_k, scales, split);
 }}
 '''
 
@@ -118,20 +131,29 @@ def _output_params(m: int, width: int, row_stride: int, element: int, block_n: i
     return tma.Tma2dParams(element, width, m, row_bytes, swizzle // element, 64, swizzle)
 
 
-class _Plan:
-    __slots__ = ("launcher", "scalars", "spec", "tma_a", "tma_b", "tma_d")
+def _scale_params(mn: int, k: int, ld: int, block: int) -> tma.Tma2dParams:
+    """An MN-major FP32 scale tensor [ceil(K/128) rows][MN] (row stride ld floats) in boxes of one
+    K block's `block` consecutive scales."""
+    k_blocks = -(-k // SCALE_GROUP)
+    row_bytes = ld * 4 if k_blocks > 1 else -(-mn // 4) * 16
+    return tma.Tma2dParams(4, mn, k_blocks, row_bytes, block, 1, tma.SWIZZLE_NONE)
 
-    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, scalars):
+
+class _Plan:
+    __slots__ = ("launcher", "scalars", "spec", "tma_a", "tma_b", "tma_d", "tma_sfa", "tma_sfb")
+
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, tma_sfa, tma_sfb, scalars):
         self.spec, self.launcher = spec, launcher
         self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
-        self.scalars = scalars  # (m, n, k, ld_sfa, ld_sfb, left, mid, right)
+        self.tma_sfa, self.tma_sfb = tma_sfa, tma_sfb   # tma_sfb: 1D1D only
+        self.scalars = scalars  # (m, n, k, ld_sfb, left, mid, right, split-K arguments, ld_d)
 
 
 _plans: dict = {}
 
 
 def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate, compiled_dims,
-               config) -> _Plan:
+               config, probe_defines=()) -> _Plan:
     m, n, k = problem.m, problem.n, problem.k
     device_index = d.device.index
     num_sms = settings._num_sms or settings.device_sm_count(device_index)
@@ -145,28 +167,38 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
         # Skip-head-mid: a tile must lie inside one head's left or right columns.
         config = choose_fp8_gemm_config(m, n, k, element, num_sms, problem.kind,
                                         block_n_divides=math.gcd(left, right) or None)
+    if problem.head_splits and config.num_splits > 1:
+        raise reject(function, "config", "no split-K with head_splits (its store has no column remap)",
+                     config)
     spec = Fp8GemmKernelSpec(config, problem.kind == "1d1d", d.dtype, accumulate,
-                             *_compiled_dims(m, n, k, compiled_dims))
+                             *_compiled_dims(m, n, k, compiled_dims), probe_defines)
     print_config_once(function, (m, n, k), d.device, spec)
     kernel: Kernel = _load_source(spec.name, spec.source(), device_index, KERNEL_SYMBOL)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         cluster=config.cluster_size, pdl=settings._pdl)
+    tma_sfa = tma.DescriptorCache(_scale_params(m, k, sfa.stride(1), config.block_m))
+    per_column = problem.kind == "1d1d"
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(0), config.block_m, config.cluster_n)),
                  tma.DescriptorCache(_operand_params(n, k, b.stride(0), config.block_n, config.cluster_m)),
                  tma.DescriptorCache(_output_params(m, d.size(1), d.stride(0), element, config.block_n)),
-                 (m, n, k, sfa.stride(1), sfb.stride(1) if problem.kind == "1d1d" else sfb.stride(0),
-                  left, mid, right))
+                 tma_sfa,
+                 tma.DescriptorCache(_scale_params(n, k, sfb.stride(1), config.block_n)) if per_column
+                 else tma_sfa,   # 1D2D: the kernel never reads tma_sfb
+                 (m, n, k, sfb.stride(1) if per_column else sfb.stride(0), left, mid, right,
+                  *split_k_arguments(config, m, n, d.device), d.stride(0)))
 
 
-# tma_a, tma_b, tma_d, m, n, k, ld_sfa, ld_sfb, left, mid, right, sfa, sfb
-_PARAM_KINDS = (TMA, TMA, TMA, U32, U32, U32, U32, U32, U32, U32, U32, U64, U64)
+# tma_a, tma_b, tma_d, tma_sfa, tma_sfb, m, n, k, ld_sfb, left, mid, right,
+# num_splits, workspace, counters, ld_d, sfb, d
+_PARAM_KINDS = (TMA, TMA, TMA, TMA, TMA, U32, U32, U32, U32, U32, U32, U32, U32, U64, U64, U32,
+                U64, U64)
 
 
 def run(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
         d: torch.Tensor, problem: Fp8GemmProblem, accumulate: bool, compiled_dims: str,
-        config: Bf16GemmConfig | None = None) -> None:
+        config: Bf16GemmConfig | None = None, probe_defines: tuple = ()) -> None:
     """D (+)= dequant(A) @ dequant(B)^T on an SM90 GPU for a validated, non-empty problem.
 
     a: float8_e4m3fn [M, K], K-major (stride(1) == 1), TMA-aligned (16-byte rows and pointer).
@@ -177,13 +209,19 @@ def run(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb:
     d: [M, N'] N-major (N' = N, or wider with head_splits); bf16 for "1d2d", fp32 for "1d1d".
     accumulate: d already holds c (the caller copied it) and the kernel adds to it ("1d1d" only).
     config: a forced tile config (tests, sweeps); None lets the heuristics choose.
+    probe_defines: kernel macros of probe builds (benchmarks/probe_fp8.py).
     """
-    key = (problem, accumulate, compiled_dims, settings._plan_settings, config)
+    key = (problem, accumulate, compiled_dims, settings._plan_settings, config, probe_defines)
     plan = _plans.get(key)
     if plan is None:
         dispatch.backend(function, d.device, (dispatch.SM90,))
         plan = _plans[key] = _make_plan(function, a, sfa, b, sfb, d, problem, accumulate,
-                                        compiled_dims, config)
+                                        compiled_dims, config, probe_defines)
+    sfb_address = sfb.data_ptr()
+    sfa_descriptor = plan.tma_sfa(sfa.data_ptr())
     plan.launcher(_current_stream(problem.device_index),
-                  (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d.data_ptr())),
-                  *plan.scalars, sfa.data_ptr(), sfb.data_ptr())
+                  (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d.data_ptr()),
+                   sfa_descriptor,
+                   # 1D2D: the slot still needs a valid descriptor buffer; the kernel ignores it
+                   sfa_descriptor if plan.tma_sfb is plan.tma_sfa else plan.tma_sfb(sfb_address)),
+                  *plan.scalars, sfb_address, d.data_ptr())
