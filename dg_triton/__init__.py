@@ -1,7 +1,8 @@
 """dg_triton: DeepGEMM-compatible tensor-core kernels (Triton front, JIT-compiled CUDA back).
 
 Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
-Built so far: the SM90 BF16 dense GEMMs, the SM90 FP8 dense GEMMs (1D2D, 1D1D, skip-head-mid;
+Built so far: the SM90 BF16 dense GEMMs, the SM90 M-grouped BF16 GEMMs (contiguous and masked;
+compile-checked, not yet run on a GPU), the SM90 FP8 dense GEMMs (1D2D, 1D1D, skip-head-mid;
 compile-checked, not yet run on a GPU), the Triton prologue kernels (FP8/FP4 casts, scale-factor
 layouts, fused SwiGLU + FP8 quant, MoE token layouts) that run on any CUDA GPU and fall back to
 plain torch on other devices, and portable Triton dense GEMMs (BF16, FP8) for every other CUDA GPU
@@ -15,7 +16,8 @@ from dg_triton.errors import DGArgumentError
 from dg_triton.fp8_gemm import (fp8_fp4_gemm_nn, fp8_fp4_gemm_nt, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt,
                                 fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_nt_skip_head_mid, fp8_gemm_tn,
                                 fp8_gemm_tt)
-from dg_triton.grouped import m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nt_masked
+from dg_triton.grouped import (m_grouped_bf16_gemm_nn_contiguous, m_grouped_bf16_gemm_nt_contiguous,
+                              m_grouped_bf16_gemm_nt_masked)
 from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
 from dg_triton.moe_layout import moe_permute_contiguous, moe_permute_masked, moe_unpermute_combine
 from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,

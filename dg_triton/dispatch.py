@@ -37,7 +37,8 @@ PORTABLE_FUNCTIONS = frozenset(
     [f"bf16_gemm_{alias}" for alias in ("nt", "nn", "tn", "tt")]
     + [f"fp8_fp4_gemm_{alias}" for alias in ("nt", "nn", "tn", "tt")]
     + ["fp8_gemm_nt_skip_head_mid"]
-    + ["m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"])
+    + ["m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous",
+       "m_grouped_bf16_gemm_nt_masked"])
 
 _BACKEND_VARIABLE = "DG_BACKEND"
 _FORCE_PORTABLE, _FORCE_CUDA, _AUTO = "triton", "cuda", "auto"

@@ -4,8 +4,10 @@ layout of decode ([G, max_m, K] with a device-side row count per group).
 
 Arguments are checked here (API.md 1.2, 4) before any kernel work; the group structure itself
 (grouped_layout, masked_m) lives on the device and is never read by the host, so its values are
-the caller's contract. Served by the portable Triton kernels for now (dispatch.py); the SM90 CUDA
-kernels come later.
+the caller's contract. On SM90 the CUDA kernels serve them (dg_triton/kernels/sm90_grouped_gemm.py:
+the dense BF16 kernel with a grouped tile scheduler), except for the few layouts that kernel does not
+take (an mk alignment that is not a multiple of 64, an MN-major B with K % 64 != 0), which go to the
+portable Triton kernels like every other device (dispatch.py; DG_BACKEND=triton forces them).
 """
 import torch
 
@@ -143,15 +145,37 @@ def m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims: st
     align(end[g-1], get_mk_alignment_for_contiguous_layout())). With ensure_zero_padding the gap
     rows between groups are written as 0, else they keep their content, like rows past the last
     group. M == 0 is a no-op."""
-    function = "m_grouped_bf16_gemm_nt_contiguous"
+    _contiguous("m_grouped_bf16_gemm_nt_contiguous", a, b, d, grouped_layout, compiled_dims,
+                use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
+
+
+def _contiguous(function, a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
+                expected_m_for_psum_layout) -> None:
     m = _check_contiguous(function, a, b, d, grouped_layout, use_psum_layout, expected_m_for_psum_layout)
     if m == 0:
         return
-    dispatch.backend(function, d.device, ())
+    mk_alignment = get_mk_alignment_for_contiguous_layout()
+    if dispatch.backend(function, d.device, (dispatch.SM90,)) == dispatch.SM90:
+        from dg_triton.kernels import sm90_grouped_gemm
+        if sm90_grouped_gemm.run_contiguous(function, a, b, d, grouped_layout, bool(use_psum_layout),
+                                            bool(ensure_zero_padding), mk_alignment,
+                                            expected_m_for_psum_layout, compiled_dims):
+            return
     from dg_triton.triton import grouped_portable  # imports Triton: only when used
     grouped_portable.m_grouped_bf16_gemm_contiguous(
         function, a, b, d, grouped_layout, bool(use_psum_layout), bool(ensure_zero_padding),
-        get_mk_alignment_for_contiguous_layout(), expected_m_for_psum_layout)
+        mk_alignment, expected_m_for_psum_layout)
+
+
+def m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims: str = "nk",
+                                      use_psum_layout: bool = False,
+                                      ensure_zero_padding: bool = True) -> None:
+    """m_grouped_bf16_gemm_nt_contiguous with b passed as [G, K, N] (API.md 1.1: b.mT, a view, so
+    B is MN-major per group); no expected_m_for_psum_layout, as upstream."""
+    if isinstance(b, torch.Tensor) and b.dim() == 3:
+        b = b.transpose(1, 2)
+    _contiguous("m_grouped_bf16_gemm_nn_contiguous", a, b, d, grouped_layout, compiled_dims,
+                use_psum_layout, ensure_zero_padding, None)
 
 
 def m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m: int, compiled_dims: str = "nk") -> None:
@@ -161,6 +185,9 @@ def m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m: int, compiled_d
     expected_m (> 0, typical rows per group) only guides the tile config."""
     function = "m_grouped_bf16_gemm_nt_masked"
     _check_masked(function, a, b, d, masked_m, expected_m)
-    dispatch.backend(function, d.device, ())
+    if dispatch.backend(function, d.device, (dispatch.SM90,)) == dispatch.SM90:
+        from dg_triton.kernels import sm90_grouped_gemm
+        if sm90_grouped_gemm.run_masked(function, a, b, d, masked_m, expected_m, compiled_dims):
+            return
     from dg_triton.triton import grouped_portable  # imports Triton: only when used
     grouped_portable.m_grouped_bf16_gemm_masked(function, a, b, d, masked_m, expected_m)

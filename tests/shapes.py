@@ -68,3 +68,18 @@ FP8_DENSE_TAIL_M = [1, 7, 129, 4097]
 # fp8_gemm_nt_skip_head_mid (API.md 3.3): upstream's head split (left, mid, right) and two sizes.
 FP8_SKIP_HEAD_MID_SPLITS = (128, 64, 128)
 FP8_SKIP_HEAD_MID_MNK = [(128, 4096, 7168), (4096, 4096, 7168)]
+
+# --- M-grouped BF16 GEMM (API.md 8 "m-grouped contiguous", "masked"; issue 5) -------------------
+
+# (N, K) of every grouped list: DeepSeek-V3 MoE up/gate (6144, 7168) and down (7168, 3072)
+# projections, and two smaller experts.
+GROUPED_NK = [(6144, 7168), (7168, 3072), (4096, 4096), (4096, 2048)]
+# Contiguous: (groups, expected rows per group); per-group m = int(expected * U(0.7, 1.3)).
+GROUPED_CONTIGUOUS_GM = [(4, 8192), (8, 4096)]
+# Masked: max_m 4096, (groups, expected rows per group); masked_m = int(expected * U(0.7, 1.3)),
+# called with expected_m = int(expected * 1.2).
+GROUPED_MASKED_MAX_M = 4096
+GROUPED_MASKED_GM = [(32, 192), (6, 1024), (32, 20), (6, 20)]
+# The GPU tests divide the contiguous expected m by this (a run in about a second each); the
+# benchmark runs the full sizes.
+GROUPED_GPU_TEST_M_DIVISOR = 4

@@ -1,0 +1,221 @@
+"""Host side of the SM90 M-grouped BF16 GEMMs: the dense BF16 kernel (cuda_kernels/sm90/bf16_gemm.cuh)
+with a grouped tile scheduler (cuda_kernels/sm90/scheduler_grouped.cuh), API.md 3.4 and 3.5.
+
+Operands go to the kernel as 2-D TMA descriptors: A and D as [M, K] / [M, N] (contiguous) or
+[G * max_m, K] / [G * max_m, N] (masked), B as [G * N, K] (K-major) or [G * K, N] (MN-major, the
+`nn` layout); the scheduler offsets B by the group it reads on the device (grouped_layout or
+masked_m, never read here), so every call is capturable in a CUDA graph.
+
+Like sm90_bf16_gemm, the first call of a problem builds a `_Plan` (config, kernel, descriptor
+caches, launcher); a warm call reads the data pointers and launches. `run_contiguous` and
+`run_masked` return False, before any work, for the problems the kernel does not take (an mk
+alignment no block M divides, an MN-major B whose K is not a multiple of 64, groups not densely
+packed); the caller then takes the portable path.
+
+FP8 grouped GEMMs will reuse the schedulers: their host side differs only in the traits, the
+scale-factor descriptors and the stage extras (see fp8_gemm.cuh's ScaleTileLoads).
+"""
+from dataclasses import dataclass
+
+import torch
+
+from dg_triton import settings
+from dg_triton.dispatch import print_config_once
+from dg_triton.heuristics.sm90 import (GROUPED_CONTIGUOUS, GROUPED_MASKED, Bf16GemmConfig,
+                                       bf16_gemm_shared_memory, choose_m_grouped_bf16_config)
+from dg_triton.jit import tma
+from dg_triton.jit.module import TMA, U32, U64, Launcher
+from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
+                                              _operand_params, _output_params)
+
+KERNEL_SYMBOL = "sm90_m_grouped_bf16_gemm"
+# The layouts: contiguous with per-row group ids, contiguous with per-group end rows, masked.
+INDEX, PSUM, MASKED = "index", "psum", "masked"
+_BLOCK_K = 64
+
+
+@dataclass(frozen=True)
+class GroupedGemmKernelSpec:
+    """Everything compiled into one grouped kernel binary (D is bf16, A K-major)."""
+    config: Bf16GemmConfig
+    layout: str           # INDEX, PSUM or MASKED
+    b_k_major: bool = True
+    shape_n: int = 0      # 0: passed at run time (compiled_dims)
+    shape_k: int = 0
+
+    @property
+    def name(self) -> str:
+        c = self.config
+        return (f"sm90_m_grouped_bf16_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
+                f"_{'k' if self.b_k_major else 'n'}")
+
+    @property
+    def shared_memory(self) -> int:
+        c = self.config
+        return bf16_gemm_shared_memory(c.block_m, c.block_n, c.num_stages, 2)
+
+    def source(self) -> str:
+        c = self.config
+        b_k_major = "true" if self.b_k_major else "false"
+        if self.layout == MASKED:
+            scheduler = (f"dg::sm90::MaskedGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
+                         f"{b_k_major}>")
+            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks"
+        else:
+            psum = "true" if self.layout == PSUM else "false"
+            scheduler = (f"dg::sm90::ContiguousGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
+                         f"{b_k_major}, {psum}>")
+            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks, mk_alignment, zero_gaps"
+        return f'''// {self.name}
+#include "sm90/bf16_gemm.cuh"
+#include "sm90/scheduler_grouped.cuh"
+
+using Traits = dg::sm90::Bf16GemmTraits<
+    {c.block_m}, {c.block_n}, {c.num_stages}, true, {b_k_major}, __nv_bfloat16, false, false,
+    {c.group_m}, 1, 1, 0, {self.shape_n}, {self.shape_k}>;
+using Scheduler = {scheduler};
+static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
+
+// shape_m: M (contiguous) or max_m (masked); layout: grouped_layout or masked_m; d and ld_d: D for
+// the rows a TMA box cannot store alone (RowLimitedStoreEpilogue).
+extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
+{KERNEL_SYMBOL}(const __grid_constant__ dg::TmaDescriptor tma_a,
+                const __grid_constant__ dg::TmaDescriptor tma_b,
+                const __grid_constant__ dg::TmaDescriptor tma_d,
+                uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, uint32_t num_groups,
+                uint32_t mk_alignment, uint32_t zero_gaps, uint32_t ld_d, const int32_t* layout,
+                void* d) {{
+    const uint32_t n = Traits::kShapeN ? Traits::kShapeN : shape_n;
+    const uint32_t k = Traits::kShapeK ? Traits::kShapeK : shape_k;
+    const uint32_t num_k_blocks = (k + Traits::kBlockK - 1) / Traits::kBlockK;
+    const dg::sm90::SplitKArguments out{{1, nullptr, nullptr, d, ld_d}};
+    dg::sm90::bf16_gemm_run<Traits, Scheduler>(tma_a, tma_b, tma_d, shape_m, n, 1, out,
+                                               {scheduler_args});
+}}
+'''
+
+
+def compile_spec(spec: GroupedGemmKernelSpec, arch: str = "sm_90a"):
+    from dg_triton.jit import compiler
+    return compiler.compile_kernel(spec.name, spec.source(), arch)
+
+
+# tma_a, tma_b, tma_d, shape_m, n, k, num_groups, mk_alignment, zero_gaps, ld_d, layout, d
+_PARAM_KINDS = (TMA, TMA, TMA, U32, U32, U32, U32, U32, U32, U32, U64, U64)
+
+
+class _Plan:
+    __slots__ = ("spec", "launcher", "tma_a", "tma_b", "tma_d", "scalars")
+
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, scalars):
+        self.spec, self.launcher = spec, launcher
+        self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
+        self.scalars = scalars  # shape_m .. ld_d
+
+
+_plans: dict = {}
+_UNSUPPORTED = object()  # a cached "the kernel does not take this problem"
+
+
+def _b_view(b: torch.Tensor, num_groups: int, n: int, k: int):
+    """B [G, N, K] (any major per group) as (rows, k, strides, k_major) of one 2-D operand over all
+    groups, or None when the groups do not stack into one (not densely packed, or an MN-major B
+    whose K blocks would cross into the next group)."""
+    s_group, s_n, s_k = b.stride()
+    if s_k == 1 or k == 1:
+        if num_groups > 1 and s_group != n * s_n:
+            return None
+        return num_groups * n, k, (s_n, 1), True
+    if s_n == 1 and k % _BLOCK_K == 0 and (num_groups == 1 or s_group == k * s_k):
+        return n, num_groups * k, (1, s_k), False
+    return None
+
+
+def _make_plan(function, layout, a, b, d, num_groups, rows, n, k, b_view, mk_alignment, zero_gaps,
+               rows_per_group, compiled_dims):
+    """`rows`: M (contiguous) or max_m (masked); A's and D's descriptors cover `rows` x G (masked)."""
+    device_index = d.device.index
+    num_sms = settings._num_sms or settings.device_sm_count(device_index)
+    b_rows, b_k, b_strides, b_k_major = b_view
+    masked = layout == MASKED
+    kind = GROUPED_MASKED if masked else GROUPED_CONTIGUOUS
+    config = choose_m_grouped_bf16_config(kind, num_groups, rows_per_group, rows, n, k, num_sms,
+                                          mk_alignment, b_k_major, settings._block_size_multiple_of[1])
+    if config is None:
+        return _UNSUPPORTED
+    _, shape_n, shape_k = _compiled_dims(0, n, k, compiled_dims)
+    spec = GroupedGemmKernelSpec(config, layout, b_k_major, shape_n, shape_k)
+    print_config_once(function, (num_groups, rows, n, k), d.device, spec)
+    kernel = _load_source(spec.name, spec.source(), device_index, KERNEL_SYMBOL)
+    launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
+                        shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS, pdl=settings._pdl)
+    if masked:
+        total_rows = num_groups * rows
+        a_strides, ld_d = a.stride()[1:], d.stride(1)
+    else:
+        total_rows, a_strides, ld_d = rows, a.stride(), d.stride(0)
+    return _Plan(spec, launcher,
+                 tma.DescriptorCache(_operand_params(total_rows, k, a_strides, True, config.block_m)),
+                 tma.DescriptorCache(_operand_params(b_rows, b_k, b_strides, b_k_major, config.block_n,
+                                                     split_atoms_by_k=True)),
+                 tma.DescriptorCache(_output_params(total_rows, n, ld_d, 2, config.block_n)),
+                 (rows, n, k, num_groups, mk_alignment, int(zero_gaps), ld_d))
+
+
+def _launch(plan: _Plan, a, b, d, layout_tensor, device_index: int) -> None:
+    plan.launcher(_current_stream(device_index),
+                  (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d.data_ptr())),
+                  *plan.scalars, layout_tensor.data_ptr(), d.data_ptr())
+
+
+def run_contiguous(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                   grouped_layout: torch.Tensor, use_psum_layout: bool, ensure_zero_padding: bool,
+                   mk_alignment: int, expected_m: int | None, compiled_dims: str) -> bool:
+    """The contiguous grouped GEMM of a validated, non-empty problem (grouped.py): a [M, K] K-major,
+    b [G, N, K] (either major per group), d [M, N] N-major. False (nothing done) when the kernel
+    does not take the problem."""
+    key = (function, a.shape, a.stride(), b.shape, b.stride(), d.stride(), d.get_device(),
+           use_psum_layout, ensure_zero_padding, mk_alignment, expected_m, compiled_dims,
+           settings._plan_settings)
+    plan = _plans.get(key)
+    if plan is None:
+        m, k = a.shape
+        num_groups, n = b.shape[0], b.shape[1]
+        b_view = _b_view(b, num_groups, n, k)
+        if b_view is None:
+            plan = _UNSUPPORTED
+        else:
+            rows_per_group = expected_m if use_psum_layout and expected_m else -(-m // num_groups)
+            plan = _make_plan(function, PSUM if use_psum_layout else INDEX, a, b, d, num_groups, m, n,
+                              k, b_view, mk_alignment, ensure_zero_padding, rows_per_group,
+                              compiled_dims)
+        _plans[key] = plan
+    if plan is _UNSUPPORTED:
+        return False
+    _launch(plan, a, b, d, grouped_layout, key[6])
+    return True
+
+
+def run_masked(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+               masked_m: torch.Tensor, expected_m: int, compiled_dims: str) -> bool:
+    """The masked grouped GEMM of a validated problem (grouped.py): a [G, max_m, K], b [G, N, K]
+    K-major, d [G, max_m, N] N-major. False (nothing done) when the kernel does not take it."""
+    key = (function, a.shape, a.stride(), b.stride(), d.shape, d.stride(), d.get_device(), expected_m,
+           compiled_dims, settings._plan_settings)
+    plan = _plans.get(key)
+    if plan is None:
+        num_groups, max_m, k = a.shape
+        n = b.shape[1]
+        b_view = _b_view(b, num_groups, n, k)
+        stacked = num_groups == 1 or (a.stride(0) == max_m * a.stride(1)
+                                      and d.stride(0) == max_m * d.stride(1))
+        if b_view is None or not b_view[3] or not stacked:
+            plan = _UNSUPPORTED
+        else:
+            plan = _make_plan(function, MASKED, a, b, d, num_groups, max_m, n, k, b_view, 0, False,
+                              min(expected_m, max_m), compiled_dims)
+        _plans[key] = plan
+    if plan is _UNSUPPORTED:
+        return False
+    _launch(plan, a, b, d, masked_m, key[6])
+    return True
