@@ -253,12 +253,19 @@ def mn_major_tma_aligned_packed_ue8m0(sf: torch.Tensor, mn: int | None = None, g
     return out
 
 
+# Output words per program of the k-grouped kernel: each reads four source rows per word, so a
+# program moves 16 KiB in and 4 KiB out. A 4096-word tile gave [256, 7168] (8 groups of 4096 K)
+# only 112 programs for 132 SMs on the H200, one 64 KiB block per SM with nothing to overlap its
+# load, pack and store phases (0.72 of a copy); 1024 words give 448, several per SM.
+_K_GROUPED_TILE_WORDS = 1024
+
+
 def _k_grouped_tile(mn: int, block_g: int) -> tuple[int, int]:
     """(BLOCK_P, BLOCK_MN): up to 1024 contiguous int32 columns per packed row for coalesced
-    row-major stores, the rest of the 4096-element tile in packed rows, but no more rows than keep
-    the [BLOCK_P, BLOCK_G] group-ownership temporaries within the same 4096 elements."""
+    row-major stores, the rest of the _K_GROUPED_TILE_WORDS tile in packed rows, but no more rows
+    than keep the [BLOCK_P, BLOCK_G] group-ownership temporaries within 4096 elements."""
     block_mn = min(_MAX_BLOCK_MN, triton.next_power_of_2(max(mn, 1)))
-    return max(1, min(_TILE_ELEMENTS // block_mn, _TILE_ELEMENTS // block_g)), block_mn
+    return max(1, min(_K_GROUPED_TILE_WORDS // block_mn, _TILE_ELEMENTS // block_g)), block_mn
 
 
 def k_grouped_packed_ue8m0(sf: torch.Tensor, grouped_layout: torch.Tensor, packed_sf_k: int, gran_k: int,
