@@ -8,15 +8,31 @@ the caller's contract. On SM90 the CUDA kernels serve them (dg_triton/kernels/sm
 the dense BF16 kernel with a grouped tile scheduler), except for the few layouts that kernel does not
 take (an mk alignment that is not a multiple of 64, an MN-major B with K % 64 != 0), which go to the
 portable Triton kernels like every other device (dispatch.py; DG_BACKEND=triton forces them).
+
+Host cost of a warm call: the full checks below read ~40 tensor attributes (each ~0.2-0.5 us on the
+H200's host). A call whose *signature* -- everything those checks read but the data pointers:
+exact types, shapes, strides, dtypes, devices and the scalar arguments -- matches one that passed
+them on a CUDA device cannot fail them except through the pointers, so it skips them; the 16-byte
+alignment TMA needs is tested every call (a misaligned pointer re-runs the full checks, which name
+the operand). CPU and meta tensors always take the full checks: get_device() and is_cuda cannot
+tell them apart. The signature is also the SM90 plan key (sm90_grouped_gemm), so it holds what a
+plan depends on as well (mk alignment, plan settings, compiled_dims).
 """
 import torch
 
-from dg_triton import dispatch
+from dg_triton import dispatch, settings
 from dg_triton.errors import reject
+from dg_triton.kernels import sm90_grouped_gemm
 from dg_triton.utils.layout import get_mk_alignment_for_contiguous_layout
 from dg_triton.validation import _operand_major, _same_device, _tma_layout
 
 _BF16, _INT32 = torch.bfloat16, torch.int32
+_SM90 = (dispatch.SM90,)
+
+# Signatures of CUDA calls that passed the full checks -> (device, rows: M, or max_m if masked).
+# Dropped when full, like tma.DescriptorCache: each new M of a MoE prefill adds one.
+_accepted: dict = {}
+_MAX_ACCEPTED = 1024
 
 
 def _tensor(function: str, argument: str, t, dims: int, dtype: torch.dtype) -> None:
@@ -136,6 +152,57 @@ def _check_masked(function, a, b, d, masked_m, expected_m):
     _tma_layout(function, "d", (max_m, n), d.stride()[1:], 2, d.data_ptr(), True)
 
 
+def _contiguous_signature(function, a, b, d, grouped_layout, use_psum_layout, ensure_zero_padding,
+                          expected_m, compiled_dims):
+    """The signature of a contiguous call (module docstring), None if an operand is not tensor-like.
+    Types are part of it so that True, 1.0 and 1 (equal as dict keys) stay apart."""
+    try:
+        return (function, use_psum_layout, ensure_zero_padding, type(expected_m), expected_m,
+                compiled_dims, get_mk_alignment_for_contiguous_layout(), settings._plan_settings,
+                type(a), a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
+                type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
+                type(d), d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda,
+                type(grouped_layout), grouped_layout.shape, grouped_layout.stride(), grouped_layout.dtype,
+                grouped_layout.get_device(), grouped_layout.is_cuda)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _masked_signature(function, a, b, d, masked_m, expected_m, compiled_dims):
+    """The signature of a masked call, as _contiguous_signature."""
+    try:
+        return (function, type(expected_m), expected_m, compiled_dims, settings._plan_settings,
+                type(a), a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
+                type(b), b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
+                type(d), d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda,
+                type(masked_m), masked_m.shape, masked_m.stride(), masked_m.dtype, masked_m.get_device(),
+                masked_m.is_cuda)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _accept(key, d, rows: int) -> tuple:
+    """Remembers a signature that passed the full checks, if on a CUDA device (module docstring)."""
+    accepted = (d.device, rows)
+    if key is not None and d.is_cuda:
+        if len(_accepted) >= _MAX_ACCEPTED:
+            _accepted.clear()
+        _accepted[key] = accepted
+    return accepted
+
+
+def _lookup(key):
+    try:
+        return _accepted.get(key)
+    except TypeError:  # an unhashable scalar argument: never accepted before, the full checks judge it
+        return None
+
+
+def _aligned(addresses) -> bool:
+    # The one check a cached signature cannot stand for: TMA's 16-byte aligned base addresses.
+    return not (addresses[0] | addresses[1] | addresses[2]) & 15
+
+
 def m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims: str = "nk",
                                       use_psum_layout: bool = False, ensure_zero_padding: bool = True,
                                       expected_m_for_psum_layout: int | None = None) -> None:
@@ -151,20 +218,34 @@ def m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims: st
 
 def _contiguous(function, a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
                 expected_m_for_psum_layout) -> None:
-    m = _check_contiguous(function, a, b, d, grouped_layout, use_psum_layout, expected_m_for_psum_layout)
-    if m == 0:
-        return
+    use_psum_layout, ensure_zero_padding = bool(use_psum_layout), bool(ensure_zero_padding)
+    key = _contiguous_signature(function, a, b, d, grouped_layout, use_psum_layout, ensure_zero_padding,
+                                expected_m_for_psum_layout, compiled_dims)
+    accepted = _lookup(key)
+    if accepted is not None:
+        device, rows = accepted
+        if rows == 0:  # M == 0 loads nothing, so no pointer rule applies (_check_contiguous)
+            return
+        addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())
+        if not _aligned(addresses):
+            accepted = None  # the full checks name the misaligned operand
+    if accepted is None:
+        rows = _check_contiguous(function, a, b, d, grouped_layout, use_psum_layout,
+                                 expected_m_for_psum_layout)
+        device, rows = _accept(key, d, rows)
+        if rows == 0:
+            return
+        addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())
     mk_alignment = get_mk_alignment_for_contiguous_layout()
-    if dispatch.backend(function, d.device, (dispatch.SM90,)) == dispatch.SM90:
-        from dg_triton.kernels import sm90_grouped_gemm
-        if sm90_grouped_gemm.run_contiguous(function, a, b, d, grouped_layout, bool(use_psum_layout),
-                                            bool(ensure_zero_padding), mk_alignment,
+    if dispatch.backend(function, device, _SM90) == dispatch.SM90:
+        if sm90_grouped_gemm.run_contiguous(function, key, a, b, d, grouped_layout, addresses,
+                                            use_psum_layout, ensure_zero_padding, mk_alignment,
                                             expected_m_for_psum_layout, compiled_dims):
             return
     from dg_triton.triton import grouped_portable  # imports Triton: only when used
     grouped_portable.m_grouped_bf16_gemm_contiguous(
-        function, a, b, d, grouped_layout, bool(use_psum_layout), bool(ensure_zero_padding),
-        mk_alignment, expected_m_for_psum_layout)
+        function, a, b, d, grouped_layout, use_psum_layout, ensure_zero_padding, mk_alignment,
+        expected_m_for_psum_layout)
 
 
 def m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims: str = "nk",
@@ -184,10 +265,20 @@ def m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m: int, compiled_d
     in 0..max_m, never read by the host). Rows of d at or past masked_m[g] are not written.
     expected_m (> 0, typical rows per group) only guides the tile config."""
     function = "m_grouped_bf16_gemm_nt_masked"
-    _check_masked(function, a, b, d, masked_m, expected_m)
-    if dispatch.backend(function, d.device, (dispatch.SM90,)) == dispatch.SM90:
-        from dg_triton.kernels import sm90_grouped_gemm
-        if sm90_grouped_gemm.run_masked(function, a, b, d, masked_m, expected_m, compiled_dims):
+    key = _masked_signature(function, a, b, d, masked_m, expected_m, compiled_dims)
+    accepted = _lookup(key)
+    if accepted is not None:
+        device = accepted[0]
+        addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())
+        if not _aligned(addresses):
+            accepted = None  # the full checks name the misaligned operand
+    if accepted is None:
+        _check_masked(function, a, b, d, masked_m, expected_m)
+        device = _accept(key, d, a.shape[1])[0]
+        addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())
+    if dispatch.backend(function, device, _SM90) == dispatch.SM90:
+        if sm90_grouped_gemm.run_masked(function, key, a, b, d, masked_m, addresses, expected_m,
+                                        compiled_dims):
             return
     from dg_triton.triton import grouped_portable  # imports Triton: only when used
     grouped_portable.m_grouped_bf16_gemm_masked(function, a, b, d, masked_m, expected_m)
