@@ -16,9 +16,17 @@ TFLOPS count 2 * m_g * N * K over valid rows only (BENCH_FORMAT.md); TB/s (maske
 valid rows, all of B and D's valid rows once. A case that fails is recorded ("error" in its row)
 and the others still run; the exit status is 1 if any failed.
 
+FP8 rows (`--fp8`, on by default; `--no-fp8` leaves them out): the ANCHORS.md FP8 grouped shapes
+through m_grouped_fp8_gemm_nt_{contiguous,masked}, A quantized per token (1x128, its scales already
+in the kernel's TMA-aligned layout, so the GEMM is timed, not the scale transform), each expert's B
+per 128x128 block; checked against reference_grouped's FP8 references (calc_diff < 1e-3), timed
+beside cuBLAS block-wise FP8 (torch._scaled_mm, the recipe bench_gemm.py's cublas_fp8 uses) run
+once per group over that group's valid rows, and listed with DeepGEMM's TFLOPS (and TB/s where
+given) from ANCHORS.md as `deepgemm_anchor` (DeepGEMM drew its own group sizes, so compare TFLOPS,
+not times). There is no portable FP8 grouped kernel: `--backend triton` leaves the FP8 rows out.
+
 Prints one table last and writes benchmarks/results/grouped_gemm-<gpu>.json (family
-"grouped_gemm") and .md. FP8 grouped rows will join this file when the FP8 grouped kernels land
-(same schedulers, see dg_triton/kernels/sm90_grouped_gemm.py): add a `kind` here and its runner.
+"grouped_gemm") and .md.
 """
 import argparse
 import datetime
@@ -46,10 +54,27 @@ from shapes import GROUPED_CONTIGUOUS_GM, GROUPED_MASKED_GM, GROUPED_MASKED_MAX_
 
 FAMILY = "grouped_gemm"
 THRESHOLD = 1e-5
+FP8_THRESHOLD = 1e-3
 ALIGNMENT = 128
 NAME_SUFFIX = ""
 CONTIGUOUS_NOTE = "baseline cublas: a loop of torch.matmul per group over its rows"
 MASKED_NOTE = "baseline cublas: torch.bmm over the first max(masked_m) rows of every group"
+FP8_CONTIGUOUS_NOTE = ("baseline cublas: torch._scaled_mm block-wise (1x128 A, 128x128 B scales) per group over "
+                       "its rows; deepgemm_anchor: ANCHORS.md")
+FP8_MASKED_NOTE = ("baseline cublas: torch._scaled_mm block-wise (1x128 A, 128x128 B scales) per group over its "
+                   "masked_m rows; deepgemm_anchor: ANCHORS.md")
+ANCHOR_SOURCE = "ANCHORS.md (DeepGEMM 2.6.1 SM90 on H200, its own random group sizes)"
+# ANCHORS.md "Grouped FP8 (DeepGEMM)": TFLOPS per (layout, groups, expected m), in GROUPED_NK order.
+DEEPGEMM_FP8_GROUPED_TFLOPS = {
+    ("contiguous", 4, 8192): [1254, 1080, 1217, 1151],
+    ("contiguous", 8, 4096): [1222, 1049, 1187, 1153],
+    ("masked", 32, 192): [877, 827, 763, 741],
+    ("masked", 6, 1024): [1110, 1096, 1061, 1077],
+    ("masked", 32, 20): [152, 130, 141, 130],
+    ("masked", 6, 20): [127, 114, 91, 81],
+}
+# The TB/s ANCHORS.md gives for m = 20: (groups, expected m, n, k) -> TB/s.
+DEEPGEMM_FP8_GROUPED_TBPS = {(32, 20, 6144, 7168): 3.9, (6, 20, 6144, 7168): 3.4, (6, 20, 4096, 2048): 2.1}
 
 
 def timed_pair(ours, baseline):
@@ -62,29 +87,35 @@ def timed_pair(ours, baseline):
     return statistics.median(ours_times), statistics.median(baseline_times)
 
 
-def check_rows(d, expected, meaningful, what):
+def check_rows(d, expected, meaningful, what, threshold=THRESHOLD):
     out, ref = d[meaningful], expected[meaningful]
     if not torch.isfinite(out.float()).all():
         raise AssertionError(f"{what}: unwritten (NaN) or non-finite elements in valid rows")
     diff = float(testing.calc_diff(out, ref))
-    if not diff < THRESHOLD:
-        raise AssertionError(f"{what}: calc_diff {diff:.3g} >= {THRESHOLD}")
+    if not diff < threshold:
+        raise AssertionError(f"{what}: calc_diff {diff:.3g} >= {threshold}")
     return diff
 
 
-def plan_config(function):
-    """The config of the latest CUDA plan of `function` ("portable" when the portable path ran)."""
+def plan_config(function, portable_fallback=True):
+    """The config of the latest CUDA plan of `function` ("portable" when the portable path ran; "?"
+    when no plan of the function can be read)."""
     from dg_triton.kernels import sm90_grouped_gemm
-    plans = [p for key, p in sm90_grouped_gemm._plans.items()
-             if key[0] == function and p is not sm90_grouped_gemm._UNSUPPORTED]
-    if os.environ.get("DG_BACKEND") == "triton" or not plans:
+    if portable_fallback and os.environ.get("DG_BACKEND") == "triton":
         return "portable"
-    c = plans[-1].spec.config
-    return f"{c.block_m}x{c.block_n}s{c.num_stages}"
+    try:
+        every_plan = {**sm90_grouped_gemm._plans, **getattr(sm90_grouped_gemm, "_fp8_plans", {})}
+        plans = [p for key, p in every_plan.items()
+                 if key[0] == function and p is not sm90_grouped_gemm._UNSUPPORTED]
+        c = plans[-1].spec.config
+        return f"{c.block_m}x{c.block_n}s{c.num_stages}"
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return "portable" if portable_fallback else "?"
 
 
-def contiguous_case(num_groups, expected, n, k, psum):
-    function = "m_grouped_bf16_gemm_nt_contiguous"
+def contiguous_groups(num_groups, expected):
+    """Per-group sizes m_g = int(expected * U(0.7, 1.3)), their starts (aligned to ALIGNMENT), M,
+    the per-row ids (-1 padding) and the per-group end rows (psum), both int32 on the GPU."""
     mk_layout.set_mk_alignment_for_contiguous_layout(ALIGNMENT)
     sizes = [int(expected * random.uniform(0.7, 1.3)) for _ in range(num_groups)]
     starts, start = [], 0
@@ -95,8 +126,13 @@ def contiguous_case(num_groups, expected, n, k, psum):
     ids = torch.full((m,), -1, dtype=torch.int32)
     for g, (s, size) in enumerate(zip(starts, sizes)):
         ids[s:s + size] = g
-    ids = ids.cuda()
     ends = torch.tensor([s + size for s, size in zip(starts, sizes)], dtype=torch.int32, device="cuda")
+    return sizes, starts, m, ids.cuda(), ends
+
+
+def contiguous_case(num_groups, expected, n, k, psum):
+    function = "m_grouped_bf16_gemm_nt_contiguous"
+    sizes, starts, m, ids, ends = contiguous_groups(num_groups, expected)
     layout = ends if psum else ids
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     a[ids < 0] = 0
@@ -125,7 +161,7 @@ def contiguous_case(num_groups, expected, n, k, psum):
     flops = 2 * valid * n * k
     name = function + (":psum" if psum else "") + NAME_SUFFIX
     shape = {"groups": num_groups, "expected_m": expected, "m": m, "valid_m": valid, "n": n, "k": k}
-    return name, shape, us, baseline_us, flops, None, diff, plan_config(function), CONTIGUOUS_NOTE
+    return name, shape, us, baseline_us, flops, None, diff, plan_config(function), CONTIGUOUS_NOTE, None
 
 
 def masked_case(num_groups, expected, n, k):
@@ -158,7 +194,120 @@ def masked_case(num_groups, expected, n, k):
     shape = {"groups": num_groups, "expected_m": expected, "max_m": max_m, "valid_m": valid,
              "n": n, "k": k}
     return (function + NAME_SUFFIX, shape, us, baseline_us, flops, nbytes, diff, plan_config(function),
-            MASKED_NOTE)
+            MASKED_NOTE, None)
+
+
+def fp8_b(num_groups, n, k):
+    """Each expert's B [N, K] per 128x128 block: (B fp8 [G, N, K], sfb fp32 [G, ceil(N/128), ceil(K/128)])."""
+    pairs = [dg_triton.per_block_cast_to_fp8(torch.randn(n, k, dtype=torch.bfloat16, device="cuda"), False)
+             for _ in range(num_groups)]
+    return torch.stack([q for q, _ in pairs]), torch.stack([sf for _, sf in pairs])
+
+
+def cublas_fp8_groups(pieces):
+    """cuBLAS block-wise FP8 once per group: `pieces` lists (a_q rows [m_g, K], sfa rows [m_g, K/128],
+    b_q [N, K], sfb [N/128, K/128]) per non-empty group; scales laid out as bench_gemm.cublas_fp8."""
+    prepared = [(a_q, sfa.t().contiguous().t(), b_q.t(), sfb.t()) for a_q, sfa, b_q, sfb in pieces]
+
+    def baseline():
+        for a_q, scale_a, b_t, scale_b in prepared:
+            torch._scaled_mm(a_q, b_t, scale_a, scale_b, out_dtype=torch.bfloat16)
+    return baseline
+
+
+def fp8_anchor(kind, num_groups, expected, n, k):
+    tflops = DEEPGEMM_FP8_GROUPED_TFLOPS[kind, num_groups, expected][GROUPED_NK.index((n, k))]
+    anchor = {"tflops": tflops, "source": ANCHOR_SOURCE}
+    tbps = DEEPGEMM_FP8_GROUPED_TBPS.get((num_groups, expected, n, k))
+    if tbps:
+        anchor["gbps"] = tbps * 1e3
+    return anchor
+
+
+def fp8_contiguous_case(num_groups, expected, n, k, psum):
+    function = "m_grouped_fp8_gemm_nt_contiguous"
+    sizes, starts, m, ids, ends = contiguous_groups(num_groups, expected)
+    layout = ends if psum else ids
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    a[ids < 0] = 0
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    del a
+    b_q, sfb = fp8_b(num_groups, n, k)
+    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    if psum:
+        ours = lambda: dg_triton.m_grouped_fp8_gemm_nt_contiguous(  # noqa: E731
+            (a_q, sfa), (b_q, sfb), d, layout, use_psum_layout=True, expected_m_for_psum_layout=expected)
+    else:
+        ours = lambda: dg_triton.m_grouped_fp8_gemm_nt_contiguous((a_q, sfa), (b_q, sfb), d, layout)  # noqa: E731
+    d.fill_(float("nan"))
+    ours()
+    torch.cuda.synchronize()
+    expected_d = reference_grouped.m_grouped_fp8_contiguous_reference((a_q, sfa), (b_q, sfb), d, layout, psum,
+                                                                      ALIGNMENT)
+    diff = check_rows(d, expected_d, ids >= 0, f"{function} G={num_groups} m={expected} n={n} k={k}",
+                      FP8_THRESHOLD)
+    del expected_d
+    baseline = cublas_fp8_groups([(a_q[s:s + size], sfa[s:s + size], b_q[g], sfb[g])
+                                  for g, (s, size) in enumerate(zip(starts, sizes)) if size])
+    valid = sum(sizes)
+    name = function + (":psum" if psum else "")
+    shape = {"groups": num_groups, "expected_m": expected, "m": m, "valid_m": valid, "n": n, "k": k}
+    return (name, shape, ours, baseline, 2 * valid * n * k, None, diff, "m_grouped_fp8_fp4_gemm_nt_contiguous",
+            FP8_CONTIGUOUS_NOTE,
+            fp8_anchor("contiguous", num_groups, expected, n, k))
+
+
+def fp8_masked_case(num_groups, expected, n, k):
+    function = "m_grouped_fp8_gemm_nt_masked"
+    max_m = GROUPED_MASKED_MAX_M
+    counts = [min(max_m, int(expected * random.uniform(0.7, 1.3))) for _ in range(num_groups)]
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    expected_m = int(expected * 1.2)
+    sk = -(-k // 128)
+    a_q, sfa_2d = dg_triton.per_token_cast_to_fp8(
+        torch.randn(num_groups * max_m, k, dtype=torch.bfloat16, device="cuda"), False)
+    a_q = a_q.view(num_groups, max_m, k)
+    sfa_3d = sfa_2d.reshape(num_groups, max_m, sk)
+    sfa = dg_triton.get_mn_major_tma_aligned_tensor(sfa_3d)
+    b_q, sfb = fp8_b(num_groups, n, k)
+    d = torch.empty(num_groups, max_m, n, dtype=torch.bfloat16, device="cuda")
+    ours = lambda: dg_triton.m_grouped_fp8_gemm_nt_masked((a_q, sfa), (b_q, sfb), d, masked_m,  # noqa: E731
+                                                          expected_m)
+    d.fill_(float("nan"))
+    ours()
+    torch.cuda.synchronize()
+    expected_d = reference_grouped.m_grouped_fp8_masked_reference((a_q, sfa), (b_q, sfb), d, masked_m)
+    meaningful = reference_grouped.masked_meaningful_rows(masked_m, max_m)
+    diff = check_rows(d, expected_d, meaningful, f"{function} G={num_groups} m={expected} n={n} k={k}",
+                      FP8_THRESHOLD)
+    del expected_d
+    baseline = cublas_fp8_groups([(a_q[g, :count], sfa_3d[g, :count], b_q[g], sfb[g])
+                                  for g, count in enumerate(counts) if count])
+    valid = sum(counts)
+    sn = -(-n // 128)
+    nbytes = valid * k + 4 * valid * sk + num_groups * n * k + 4 * num_groups * sn * sk + 2 * valid * n
+    shape = {"groups": num_groups, "expected_m": expected, "max_m": max_m, "valid_m": valid, "n": n, "k": k}
+    return (function, shape, ours, baseline, 2 * valid * n * k, nbytes, diff, "m_grouped_fp8_fp4_gemm_nt_masked",
+            FP8_MASKED_NOTE,
+            fp8_anchor("masked", num_groups, expected, n, k))
+
+
+def run_fp8_case(kind, case):
+    """An FP8 case: checked, then ours and cuBLAS timed in alternation (cuBLAS left out, with a
+    message, where it refuses the problem)."""
+    result = fp8_contiguous_case(*case) if kind == "fp8_contiguous" else fp8_masked_case(*case)
+    name, shape, ours, baseline, flops, nbytes, diff, kernel_function, note, anchor = result
+    try:
+        baseline()
+        torch.cuda.synchronize()
+    except (RuntimeError, ValueError) as error:  # torch raises either for an unsupported recipe
+        print(f"    cublas block-wise unavailable for {name} {shape}: {str(error).splitlines()[0]}")
+        baseline = None
+    if baseline is None:
+        us, baseline_us = statistics.median([testing.bench_graph(ours) for _ in range(3)]), None
+    else:
+        us, baseline_us = timed_pair(ours, baseline)
+    return (name, shape, us, baseline_us, flops, nbytes, diff, plan_config(kernel_function, False), note, anchor)
 
 
 def host_overhead(rows, lines):
@@ -189,58 +338,72 @@ def main():
     parser.add_argument("--psum", action="store_true", help="also the contiguous psum layout")
     parser.add_argument("--no-masked", action="store_true")
     parser.add_argument("--no-contiguous", action="store_true")
+    parser.add_argument("--fp8", action=argparse.BooleanOptionalAction, default=True,
+                        help="the FP8 grouped rows as well (default on; --no-fp8: BF16 only)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--backend", default="cuda", choices=["cuda", "triton"],
-                        help="triton: time the portable Triton path (DG_BACKEND=triton)")
+                        help="triton: time the portable Triton path (DG_BACKEND=triton; BF16 only)")
     args = parser.parse_args()
     args.family = FAMILY
     global NAME_SUFFIX
     if args.backend == "triton":
         os.environ["DG_BACKEND"] = "triton"
         NAME_SUFFIX = ":portable"
+        if args.fp8:
+            print("bench_grouped: no portable FP8 grouped kernel; FP8 rows left out")
+            args.fp8 = False
     if not torch.cuda.is_available():
         print("bench_grouped: no CUDA device; nothing to time")
         return 0
     random.seed(0)
     torch.manual_seed(0)
     gpu = torch.cuda.get_device_name()
+    dtypes = ("bf16", "fp8") if args.fp8 else ("bf16",)
     cases = []
-    if not args.no_contiguous:
-        for psum in (False, True) if args.psum else (False,):
-            for num_groups, expected in GROUPED_CONTIGUOUS_GM:
+    for dtype in dtypes:
+        prefix = "fp8_" if dtype == "fp8" else ""
+        if not args.no_contiguous:
+            for psum in (False, True) if args.psum else (False,):
+                for num_groups, expected in GROUPED_CONTIGUOUS_GM:
+                    for n, k in GROUPED_NK:
+                        cases.append((prefix + "contiguous", (num_groups, expected, n, k, psum)))
+        if not args.no_masked:
+            for num_groups, expected in GROUPED_MASKED_GM:
                 for n, k in GROUPED_NK:
-                    cases.append(("contiguous", (num_groups, expected, n, k, psum)))
-    if not args.no_masked:
-        for num_groups, expected in GROUPED_MASKED_GM:
-            for n, k in GROUPED_NK:
-                cases.append(("masked", (num_groups, expected, n, k)))
+                    cases.append((prefix + "masked", (num_groups, expected, n, k)))
 
+    runners = {"contiguous": contiguous_case, "masked": masked_case}
     rows, table, failures = [], [], []
     for kind, case in cases:
         label = f"{kind} {case}"
         try:
-            result = contiguous_case(*case) if kind == "contiguous" else masked_case(*case)
+            result = run_fp8_case(kind, case) if kind.startswith("fp8_") else runners[kind](*case)
         except Exception as error:  # a failing case is recorded; the others still run
             traceback.print_exc()
             failures.append(f"{label}: {type(error).__name__}: {error}")
             num_groups, expected, n, k = case[:4]
-            rows.append({"name": f"m_grouped_bf16_gemm_nt_{kind}{NAME_SUFFIX}",
+            dtype, layout = ("fp8", kind[4:]) if kind.startswith("fp8_") else ("bf16", kind)
+            rows.append({"name": f"m_grouped_{dtype}_gemm_nt_{layout}{NAME_SUFFIX}",
                          "shape": {"groups": num_groups, "expected_m": expected, "n": n, "k": k},
                          "ours": None, "baselines": {}, "error": f"{type(error).__name__}: {error}"})
             torch.cuda.empty_cache()
             continue
-        name, shape, us, baseline_us, flops, nbytes, diff, config, note = result
+        name, shape, us, baseline_us, flops, nbytes, diff, config, note, anchor = result
         tbps = nbytes / us / 1e6 if nbytes else None
+        baselines = {}
+        if baseline_us is not None:
+            baselines["cublas"] = {"us": round(baseline_us, 2), "tflops": round(flops / baseline_us / 1e6, 1)}
+        if anchor is not None:
+            baselines["deepgemm_anchor"] = anchor
         rows.append({"name": name, "shape": shape,
                      "ours": {"us": round(us, 2), "tflops": round(flops / us / 1e6, 1),
                               "gbps": round(tbps * 1e3, 1) if tbps else None, "calc_diff": diff,
                               "config": config},
-                     "baselines": {"cublas": {"us": round(baseline_us, 2),
-                                              "tflops": round(flops / baseline_us / 1e6, 1)}},
-                     "note": note})
-        table.append((name, shape, config, us, flops / us / 1e6, tbps, baseline_us))
-        print(f"{name} {shape}: {us:.1f} us ({flops / us / 1e6:.0f} TFLOPS), "
-              f"baseline {baseline_us:.1f} us", flush=True)
+                     "baselines": baselines, "note": note})
+        table.append((name, shape, config, us, flops / us / 1e6, tbps, baseline_us, anchor))
+        print(f"{name} {shape}: {us:.1f} us ({flops / us / 1e6:.0f} TFLOPS), baseline "
+              f"{f'{baseline_us:.1f} us' if baseline_us else 'unavailable'}"
+              + (f", DeepGEMM {anchor['tflops']} TFLOPS" if anchor else ""), flush=True)
         torch.cuda.empty_cache()
     extra = []
     try:
@@ -248,20 +411,30 @@ def main():
     except Exception as error:
         failures.append(f"host overhead: {type(error).__name__}: {error}")
 
+    notes = f"contiguous: {CONTIGUOUS_NOTE}; masked: {MASKED_NOTE}."
+    if args.fp8:
+        notes += f" FP8 contiguous: {FP8_CONTIGUOUS_NOTE}; FP8 masked: {FP8_MASKED_NOTE}."
     lines = [f"# {FAMILY} on {gpu}, {datetime.date.today()}", "",
              f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", "",
-             f"contiguous: {CONTIGUOUS_NOTE}; masked: {MASKED_NOTE}. TFLOPS over valid rows.", "",
-             "| function | groups x m | N | K | config | ours us | ours TFLOPS | ours TB/s | baseline us | vs baseline |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, shape, config, us, tf, tbps, baseline_us in table:
+             f"{notes} TFLOPS over valid rows; DeepGEMM: {ANCHOR_SOURCE}.", "",
+             "| function | groups x m | N | K | config | ours us | ours TFLOPS | ours TB/s | baseline us "
+             "| vs baseline | DeepGEMM TFLOPS | vs DeepGEMM |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, shape, config, us, tf, tbps, baseline_us, anchor in table:
+        base = f"{baseline_us:.1f} | {baseline_us / us:.3f}" if baseline_us else "- | -"
+        deepgemm = f"{anchor['tflops']} | {tf / anchor['tflops']:.3f}" if anchor else "- | -"
         lines.append(f"| {name} | {shape['groups']} x {shape['expected_m']} | {shape['n']} | {shape['k']} | "
-                     f"{config} | {us:.1f} | {tf:.0f} | {f'{tbps:.2f}' if tbps else '-'} | "
-                     f"{baseline_us:.1f} | {baseline_us / us:.3f} |")
+                     f"{config} | {us:.1f} | {tf:.0f} | {f'{tbps:.2f}' if tbps else '-'} | {base} | {deepgemm} |")
     lines.append("")
-    for prefix in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"):
-        ratios = [b / us for name, _s, _c, us, _t, _b, b in table if name.startswith(prefix)]
+    for prefix in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
+                   "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked"):
+        ratios = [b / us for name, _s, _c, us, _t, _tb, b, _a in table if name.startswith(prefix) and b]
         if ratios:
             lines.append(f"{prefix}: geomean vs baseline {geomean(ratios):.3f} (worst {min(ratios):.3f})")
+        vs_deepgemm = [tf / a["tflops"] for name, _s, _c, _us, tf, _tb, _b, a in table if name.startswith(prefix) and a]
+        if vs_deepgemm:
+            lines.append(f"{prefix}: geomean TFLOPS vs DeepGEMM (ANCHORS.md) {geomean(vs_deepgemm):.3f} "
+                         f"(worst {min(vs_deepgemm):.3f})")
     lines += extra
     lines += [f"FAILED {f}" for f in failures]
     write_results(args, gpu, rows, "\n".join(lines), [])

@@ -2,7 +2,8 @@
 
 Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
 Built so far: the SM90 BF16 dense GEMMs, the SM90 M-grouped BF16 GEMMs (contiguous and masked;
-compile-checked, not yet run on a GPU), the SM90 FP8 dense GEMMs (1D2D, 1D1D, skip-head-mid;
+compile-checked, not yet run on a GPU), the public layer of the SM90 M-grouped FP8 GEMMs
+(grouped_fp8.py; its kernels in progress), the SM90 FP8 dense GEMMs (1D2D, 1D1D, skip-head-mid;
 compile-checked, not yet run on a GPU), the Triton prologue kernels (FP8/FP4 casts, scale-factor
 layouts, fused SwiGLU + FP8 quant, MoE token layouts) that run on any CUDA GPU and fall back to
 plain torch on other devices, and portable Triton dense GEMMs (BF16, FP8) for every other CUDA GPU
@@ -18,6 +19,11 @@ from dg_triton.fp8_gemm import (fp8_fp4_gemm_nn, fp8_fp4_gemm_nt, fp8_fp4_gemm_t
                                 fp8_gemm_tt)
 from dg_triton.grouped import (m_grouped_bf16_gemm_nn_contiguous, m_grouped_bf16_gemm_nt_contiguous,
                               m_grouped_bf16_gemm_nt_masked)
+
+from dg_triton.grouped_fp8 import (fp8_m_grouped_gemm_nt_masked, m_grouped_fp8_fp4_gemm_nn_contiguous,
+                                   m_grouped_fp8_fp4_gemm_nt_contiguous, m_grouped_fp8_fp4_gemm_nt_masked,
+                                   m_grouped_fp8_gemm_nn_contiguous, m_grouped_fp8_gemm_nt_contiguous,
+                                   m_grouped_fp8_gemm_nt_masked)
 from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
 from dg_triton.moe_layout import moe_permute_contiguous, moe_permute_masked, moe_unpermute_combine
 from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,
@@ -26,3 +32,6 @@ from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_al
                                 set_pdl, set_tc_util, use_deterministic_algorithms)
 from dg_triton.activation import swiglu, swiglu_per_token_cast_to_fp8
 from dg_triton.utils import *  # noqa: F401,F403  (ceil_div, align, layout helpers: API.md 3)
+
+# DeepGEMM's legacy name (API.md), the same callable.
+bf16_m_grouped_gemm_nt_masked = m_grouped_bf16_gemm_nt_masked

@@ -356,9 +356,11 @@ def operands(function: str, rules: Fp8ArchRules, a, b, d, c, transposed=(False, 
 # Recipes and scale factors (after the early returns)
 
 
-def scaling(function: str, rules: Fp8ArchRules, ops: Fp8Operands, d, c, recipe, recipe_a, recipe_b,
-            transposed=(False, False), skip_head_mid: bool = False) -> Fp8Scaling:
-    """Resolves the recipe (API.md 1.5) and checks the SFs and the kernel's needs of d and c."""
+def granularities(function: str, rules: Fp8ArchRules, sfa, sfb, recipe, recipe_a, recipe_b):
+    """The recipe of API.md 1.5 resolved: (gran_a, gran_b, names), gran_a = (gran_m, gran_k_a) and
+    gran_b = (gran_n, gran_k_b), names the arguments that gave them (("recipe", "recipe") or
+    ("recipe_a", "recipe_b")). Either `recipe` or both of `recipe_a`, `recipe_b`; with none, the
+    arch's default (which may reject the SF dtypes). The values come from `arguments`."""
     if recipe_a is not None or recipe_b is not None:
         if recipe is not None:
             raise reject(function, "recipe", "None when recipe_a and recipe_b are given (give either recipe "
@@ -370,8 +372,15 @@ def scaling(function: str, rules: Fp8ArchRules, ops: Fp8Operands, d, c, recipe, 
         gran_a, gran_b, names = recipe_a, recipe_b, ("recipe_a", "recipe_b")
     else:
         if recipe is None:
-            recipe = rules.default_recipe(function, ops.sfa, ops.sfb)
+            recipe = rules.default_recipe(function, sfa, sfb)
         gran_a, gran_b, names = (recipe[0], recipe[2]), (recipe[1], recipe[2]), ("recipe", "recipe")
+    return gran_a, gran_b, names
+
+
+def scaling(function: str, rules: Fp8ArchRules, ops: Fp8Operands, d, c, recipe, recipe_a, recipe_b,
+            transposed=(False, False), skip_head_mid: bool = False) -> Fp8Scaling:
+    """Resolves the recipe (API.md 1.5) and checks the SFs and the kernel's needs of d and c."""
+    gran_a, gran_b, names = granularities(function, rules, ops.sfa, ops.sfb, recipe, recipe_a, recipe_b)
     if skip_head_mid and (gran_a[1] != 128 or gran_b[1] != 128):
         raise reject(function, names[0], "a recipe with gran_k == 128 (fp8_gemm_nt_skip_head_mid)",
                      (gran_a[0], gran_b[0], gran_a[1]) if names[0] == "recipe" else gran_a)

@@ -1,4 +1,4 @@
-"""Compile-only checks of the SM90 M-grouped BF16 GEMM kernels (bf16_gemm.cuh with the schedulers of
+"""Compile-only checks of the SM90 M-grouped BF16 and FP8 GEMM kernels (bf16_gemm.cuh with the schedulers of
 scheduler_grouped.cuh), no GPU needed.
 
 Every binary the heuristics (choose_m_grouped_bf16_config) pick for the grouped shapes of API.md 8
@@ -7,9 +7,12 @@ layout can get at its widest block M and at block M 64, compiled through the pro
 checked as the dense BF16 variants are (tests/test_compile_sm90.py's helpers): no spills, no stack
 frame, wgmma not serialized (C7510), and in the SASS HGMMA as wide as the tile, TMA loads and stores,
 no CALL.ABS. The layouts that can end a warpgroup's rows inside a tile (psum, masked) also carry
-the plain-store path (RowLimitedStoreEpilogue): their SASS must hold global stores (STG).
+the plain-store path (RowLimitedStoreEpilogue): their SASS must hold global stores (STG). The
+FP8 kernels (fp8_gemm.cuh with the same schedulers, choose_m_grouped_fp8_config) get the same
+checks with QGMMA.
 """
 import math
+import re
 
 import pytest
 from shapes import GROUPED_CONTIGUOUS_GM, GROUPED_MASKED_GM, GROUPED_MASKED_MAX_M, GROUPED_NK
@@ -18,7 +21,8 @@ from test_compile_sm90 import _check_ptxas_report, _check_sass, jit_cache_dir  #
 from dg_triton.heuristics import sm90 as heuristics
 from dg_triton.jit import compiler
 from dg_triton.kernels import sm90_grouped_gemm
-from dg_triton.kernels.sm90_grouped_gemm import INDEX, MASKED, PSUM, GroupedGemmKernelSpec
+from dg_triton.kernels.sm90_grouped_gemm import (INDEX, MASKED, PSUM, GroupedFp8GemmKernelSpec,
+                                                 GroupedGemmKernelSpec)
 
 pytestmark = pytest.mark.compile
 
@@ -117,4 +121,54 @@ def test_grouped_variant_compiles_without_spills_with_hgmma_and_tma(spec):
     _check_sass(compiled, spec.config.block_n)
     if spec.layout != INDEX and compiler.cuobjdump_path() is not None:
         sass = compiler.disassemble(compiled.entry_dir / "kernel.cubin")
+        assert "STG.E" in sass, f"{compiled.name}: no plain global store for a partial tile"
+
+
+# ---- M-grouped FP8 (fp8_gemm.cuh, 1D2D, with the same schedulers) --------------------------------
+def _fp8_variants():
+    specs = {}
+    for num_groups, expected in GROUPED_CONTIGUOUS_GM:
+        for n, k in GROUPED_NK:
+            for layout in (INDEX, PSUM):
+                config = heuristics.choose_m_grouped_fp8_config(
+                    heuristics.GROUPED_CONTIGUOUS, num_groups, expected, num_groups * expected, n, k,
+                    _NUM_SMS, _ALIGNMENT)
+                spec = GroupedFp8GemmKernelSpec(config, layout, n, k)
+                specs[spec] = spec
+    for num_groups, expected in GROUPED_MASKED_GM:
+        for n, k in GROUPED_NK:
+            config = heuristics.choose_m_grouped_fp8_config(
+                heuristics.GROUPED_MASKED, num_groups, int(expected * 1.2), GROUPED_MASKED_MAX_M, n, k,
+                _NUM_SMS)
+            spec = GroupedFp8GemmKernelSpec(config, MASKED, n, k)
+            specs[spec] = spec
+    # The widest tile the FP8 register budget allows at each block M, and the narrowest.
+    for block_m in (64, 128):
+        for block_n in (16, heuristics.FP8_MAX_BLOCK_N["1d2d"]):
+            config = heuristics.make_fp8_config("1d2d", block_m, 4096, block_m, block_n, 1, 4096, 2, _NUM_SMS)
+            for layout in (INDEX, PSUM, MASKED):
+                if layout == MASKED and block_m == 128 and block_n > 160:
+                    continue  # never chosen: spills (choose_m_grouped_fp8_config)
+                spec = GroupedFp8GemmKernelSpec(config, layout)
+                specs[spec] = spec
+    return sorted(specs.values(), key=lambda spec: (spec.name, spec.shape_n, spec.shape_k))
+
+
+_FP8_VARIANTS = _fp8_variants()
+
+
+@pytest.mark.parametrize("spec", _FP8_VARIANTS, ids=[spec.name + (f"_n{spec.shape_n}k{spec.shape_k}"
+                                                                  if spec.shape_n else "")
+                                                      for spec in _FP8_VARIANTS])
+def test_grouped_fp8_variant_compiles_without_spills_with_qgmma_and_tma(spec):
+    compiled = sm90_grouped_gemm.compile_fp8_spec(spec)
+    assert compiled.cubin[:4] == b"\x7fELF"
+    _check_ptxas_report(compiled)
+    if compiler.cuobjdump_path() is None:
+        return
+    sass = compiler.disassemble(compiled.entry_dir / "kernel.cubin")
+    assert f"QGMMA.64x{spec.config.block_n}x32.F32.E4M3.E4M3" in sass, sorted(set(re.findall(r"QGMMA\.\S+", sass)))
+    assert "UTMALDG" in sass and "UTMASTG" in sass, f"{compiled.name}: TMA load/store missing"
+    assert "CALL.ABS" not in sass, f"{compiled.name}: calls a fallback (wrong architecture?)"
+    if spec.layout != INDEX:
         assert "STG.E" in sass, f"{compiled.name}: no plain global store for a partial tile"

@@ -31,6 +31,7 @@
 #include "../common/ptx.cuh"
 #include "epilogue.cuh"
 #include "gemm_pipeline.cuh"
+#include "scheduler_grouped.cuh"
 #include "splitk_epilogue.cuh"
 #include "wgmma.cuh"
 #include "wgmma_fp8.cuh"
@@ -113,11 +114,17 @@ struct Fp8GemmTraits {
 // tma_sfb (rows: K blocks, columns: N) give the stages their scales; 1D2D sfb is read from global
 // memory: element (n_block, k_block) at n_block * ld_sfb + k_block (row-major, ceil(N/128) rows).
 // head_*: fp8_gemm_nt_skip_head_mid's (left, mid, right) column split, or all zero.
+// sfb_group_stride: floats between groups' 1D2D sfb (M-grouped GEMMs: sfb [G, ceil(N/128), .]).
 struct Fp8ScaleArguments {
     const float* sfb;
     uint32_t ld_sfb;
     uint32_t head_left, head_mid, head_right;
+    uint32_t sfb_group_stride;
 };
+
+// The group of a unit (0 for the dense scheduler's units).
+__device__ __forceinline__ uint32_t unit_group(const WorkUnit&) { return 0; }
+__device__ __forceinline__ uint32_t unit_group(const GroupedWorkUnit& unit) { return unit.group; }
 
 // Split-K arguments (ignored unless T::kSplitK): as the BF16 kernel's (bf16_gemm.cuh).
 struct Fp8SplitArguments {
@@ -129,16 +136,22 @@ struct Fp8SplitArguments {
 };
 
 // Loads a stage's scales (gemm_pipeline.cuh's produce() calls this after the operand tiles).
+// sfa's descriptor sees [rows: K blocks][columns: M] - and for the masked grouped GEMM
+// [rows: G x K blocks][columns: max_m], each group's K blocks after the previous group's
+// (sfa_group_rows = K blocks per group there, 0 otherwise).
 template <class T>
 struct ScaleTileLoads {
     const TmaDescriptor* tma_sfa;
     const TmaDescriptor* tma_sfb;
     uint8_t* scales;   // the stages' scale region
+    uint32_t sfa_group_rows;
 
-    __device__ __forceinline__ void operator()(uint32_t stage, uint64_t* full, const WorkUnit& unit,
+    template <class Unit>
+    __device__ __forceinline__ void operator()(uint32_t stage, uint64_t* full, const Unit& unit,
                                                uint32_t k_block) const {
         uint8_t* slot = scales + stage * T::kScaleStageBytes;
-        tma_load_2d(slot, tma_sfa, full, unit.m_block * T::kBlockM, k_block);
+        tma_load_2d(slot, tma_sfa, full, unit.m_block * T::kBlockM,
+                    unit_group(unit) * sfa_group_rows + k_block);
         if constexpr (T::kScaleBPerColumn)
             tma_load_2d(slot + T::kScaleABytes, tma_sfb, full, unit.n_block * T::kBlockN, k_block);
     }
@@ -198,11 +211,12 @@ struct BlockScalesB1d2d {
     const float* rows[kNumB];
 
     __device__ __forceinline__ BlockScalesB1d2d(const Fp8ScaleArguments& args, uint32_t n0, uint32_t n,
-                                                uint32_t k_block) {
+                                                uint32_t k_block, uint32_t group) {
         const uint32_t last = (n + T::kScaleGroup - 1) / T::kScaleGroup - 1;
+        const float* sfb = args.sfb + static_cast<uint64_t>(group) * args.sfb_group_stride;
 #pragma unroll
         for (uint32_t j = 0; j < kNumB; ++j)
-            rows[j] = args.sfb + static_cast<uint64_t>(min(n0 / T::kScaleGroup + j, last)) * args.ld_sfb
+            rows[j] = sfb + static_cast<uint64_t>(min(n0 / T::kScaleGroup + j, last)) * args.ld_sfb
                       + k_block;
     }
     // The scales of the next K block in order.
@@ -295,12 +309,19 @@ __device__ __forceinline__ uint32_t skip_head_mid_column(uint32_t col, const Fp8
 }
 
 // ---- consumers: four m64nBLOCK_N k32 wgmmas per K block, promotion, then the epilogue ---------
-template <class T>
-__device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const SharedPlan<T>& plan,
+// `Sched` is Scheduler<T> or an M-grouped scheduler (scheduler_grouped.cuh), as in bf16_gemm.cuh:
+// a grouped unit may have no K blocks (a padding tile, stored as zeros), says which of its rows
+// keep the product and how many are stored (a warpgroup with fewer than 64 stores them with plain
+// global stores), and takes its 1D2D B scales from its group.
+template <class T, class Sched>
+__device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>& plan,
                                             const TmaDescriptor& tma_d,
                                             const Fp8ScaleArguments& scales,
                                             const Fp8SplitArguments& split, uint32_t m, uint32_t n,
                                             uint32_t math_wg, uint32_t cluster_rank) {
+    static_assert(!Sched::kGrouped || (!T::kSplitK && !T::kAccumulate && T::kClusterSize == 1 &&
+                                       !T::kScaleBPerColumn),
+                  "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters");
     setmaxnreg_inc<T::kConsumerRegisters>();
     float acc[T::kBlockN / 2];
     float partial[T::kBlockN / 2];
@@ -314,18 +335,27 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
     const uint32_t scale_slots = smem_addr(plan.tiles_a + (T::kOffsetScales - T::kOffsetA));
     const typename BlockScales<T>::SlotOffsets slot_offsets(math_wg);
 
-    WorkUnit unit;
+    typename Sched::Unit unit;
     while (scheduler.next(unit)) {
-        const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
         const uint32_t n0 = unit.n_block * T::kBlockN;
+        // Grouped: whether this thread's two fragment rows keep their product, asked before the
+        // K loop so that an index-layout look-up overlaps it.
+        [[maybe_unused]] bool keep_row[2] = {true, true};
+        if constexpr (Sched::kGrouped) {
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half)
+                keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
+        }
 #pragma unroll
         for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
             acc[i] = 0.0f;
         BlockScales<T> current;
         float next_b[BlockScales<T>::kNumB];
-        [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin);
-        if constexpr (!T::kScaleBPerColumn)
-            b_rows.load_next(next_b);
+        [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
+        if constexpr (!T::kScaleBPerColumn) {
+            if (unit.k_block_begin < unit.k_block_end)
+                b_rows.load_next(next_b);
+        }
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
             if constexpr (!T::kScaleBPerColumn) {
 #pragma unroll
@@ -361,9 +391,29 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
                                     split.workspace, split.counters,
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else if constexpr (Sched::kGrouped) {
+#pragma unroll
+            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
+#pragma unroll
+                for (uint32_t half = 0; half < 2; ++half)
+#pragma unroll
+                    for (uint32_t j = 0; j < 2; ++j)
+                        acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
+            const uint32_t row0 = scheduler.a_row(unit) + math_wg * 64;
+            const uint32_t rows = unit.rows_written > math_wg * 64
+                                      ? min(unit.rows_written - math_wg * 64, 64u) : 0u;
+            if (rows == 64) {
+                T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                                   &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0, n0,
+                                   /*barrier_id=*/1 + math_wg);
+            } else if (rows > 0) {
+                RowLimitedStoreEpilogue<typename T::OutT, T::kBlockN>::store(
+                    acc, static_cast<typename T::OutT*>(split.d), split.ld_d, row0, n0, rows, n);
+            }
         } else {
             T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0,
+                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                               unit.m_block * T::kBlockM + math_wg * 64,
                                skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
         }
     }
@@ -371,19 +421,18 @@ __device__ __forceinline__ void consume_fp8(Scheduler<T> scheduler, const Shared
 }
 
 // ---- the kernel body ------------------------------------------------------------------------------
-template <class T>
-__device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                              const TmaDescriptor& tma_d, const TmaDescriptor& tma_sfa,
-                                              const TmaDescriptor& tma_sfb, uint32_t shape_m,
-                                              uint32_t shape_n, uint32_t shape_k,
-                                              const Fp8ScaleArguments& scales,
-                                              const Fp8SplitArguments& split) {
+// The scheduler is built from `scheduler_args` after start-up, so a grouped scheduler may read the
+// group structure (written by the previous kernel, under PDL) as it is built. `m` and `n` are what
+// the epilogues clip to; `sfa_group_rows` as ScaleTileLoads.
+template <class T, class Sched, class... SchedulerArgs>
+__device__ __forceinline__ void fp8_gemm_run(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                             const TmaDescriptor& tma_d, const TmaDescriptor& tma_sfa,
+                                             const TmaDescriptor& tma_sfb,
+                                             const Fp8ScaleArguments& scales,
+                                             const Fp8SplitArguments& split, uint32_t m, uint32_t n,
+                                             uint32_t sfa_group_rows, SchedulerArgs... scheduler_args) {
     extern __shared__ uint8_t smem_raw[];
     const SharedPlan<T> plan(smem_raw);
-    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
-    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
-    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
-    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
     // Broadcast from lane 0: the compiler then knows it is warp-uniform and keeps the role,
     // stage and descriptor arithmetic in uniform registers (with a plain threadIdx.x / 128 it
     // rebuilt the wgmma descriptors in vector registers every K block: ~40 extra instructions).
@@ -395,7 +444,7 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const 
             tma_prefetch_descriptor(&tma_sfb);
     }
     start_pipeline<T>(plan, tma_a, tma_b, tma_d);
-    const Scheduler<T> scheduler(m, n, num_k_blocks, T::kSplitK ? split.num_splits : 1);
+    const Sched scheduler(scheduler_args...);
     const uint32_t cluster_rank = T::kClusterSize > 1 ? cluster_cta_rank() : 0;
 
     if (warpgroup == 0) {
@@ -403,11 +452,28 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const 
         if (threadIdx.x == 0)
             produce<T>(tma_a, tma_b, scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
                        cluster_rank,
-                       ScaleTileLoads<T>{&tma_sfa, &tma_sfb, plan.tiles_a + (T::kOffsetScales - T::kOffsetA)});
+                       ScaleTileLoads<T>{&tma_sfa, &tma_sfb,
+                                         plan.tiles_a + (T::kOffsetScales - T::kOffsetA), sfa_group_rows});
     } else {
         consume_fp8<T>(scheduler, plan, tma_d, scales, split, m, n, warpgroup - 1, cluster_rank);
     }
     finish_pipeline<T>();
+}
+
+// The dense GEMM: the persistent tile scheduler over an M x N grid of tiles (and K-slices).
+template <class T>
+__device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                              const TmaDescriptor& tma_d, const TmaDescriptor& tma_sfa,
+                                              const TmaDescriptor& tma_sfb, uint32_t shape_m,
+                                              uint32_t shape_n, uint32_t shape_k,
+                                              const Fp8ScaleArguments& scales,
+                                              const Fp8SplitArguments& split) {
+    const uint32_t m = T::kShapeM ? T::kShapeM : shape_m;
+    const uint32_t n = T::kShapeN ? T::kShapeN : shape_n;
+    const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
+    const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
+    fp8_gemm_run<T, Scheduler<T>>(tma_a, tma_b, tma_d, tma_sfa, tma_sfb, scales, split, m, n, 0,
+                                  m, n, num_k_blocks, T::kSplitK ? split.num_splits : 1);
 }
 
 }  // namespace dg::sm90

@@ -105,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                uint32_t ld_sfb, uint32_t head_left, uint32_t head_mid, uint32_t head_right,
                uint32_t num_splits, float* workspace, uint32_t* counters, uint32_t ld_d,
                const float* sfb, void* d) {{
-    const dg::sm90::Fp8ScaleArguments scales{{sfb, ld_sfb, head_left, head_mid, head_right}};
+    const dg::sm90::Fp8ScaleArguments scales{{sfb, ld_sfb, head_left, head_mid, head_right, 0}};
     const dg::sm90::Fp8SplitArguments split{{num_splits, workspace, counters, d, ld_d}};
     dg::sm90::fp8_gemm_body<Traits>(tma_a, tma_b, tma_d, tma_sfa, tma_sfb, shape_m, shape_n,
                                     shape_k, scales, split);
