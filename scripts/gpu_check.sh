@@ -6,7 +6,9 @@
 #                             [--tests=PATTERN] [--bench=LIST]
 # --portable   also time the portable Triton GEMMs (DG_BACKEND=triton) on the same shapes.
 # --tests=PATS only the GPU test files whose name contains one of PATS, comma-separated (fp8,swiglu).
-# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped (default all).
+# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu (default all
+#              but ncu: an Nsight Compute counter profile of the FP8 GEMM, benchmarks/ncu_fp8.py).
+# FP8_BENCH_ARGS extra arguments for bench_gemm.py --family fp8_gemm (e.g. "--sweep --sweep-ms 4096").
 # SKIP_MAIN=1 skips `python -m dg_triton` (for a second invocation in the same run).
 # Every stage runs under a time limit (STAGE_TIMEOUT seconds, default 300) so that a hang cannot
 # take the rest of the run with it. Logs go to $LOGS (default ./gpu_check_logs); after every stage
@@ -46,7 +48,9 @@ run_stage() {
     local name="$1" log="$2" lines="$3"
     shift 3
     local start=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
+    # OUT unset: the benchmarks would copy their results there too, and the device tool returns
+    # at most 8 files; everything reaches $OUT in the one archive instead.
+    timeout --kill-after=10 "$limit" env -u OUT "$@" > "$log" 2>&1
     local rc=$?
     tail -n "$lines" "$log"
     summary+=("$(printf '%-44s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - start))")")
@@ -80,12 +84,20 @@ fi
 if [ "$bench" = 1 ]; then
     wants host && run_stage "profile_host" "$LOGS/host_profile.txt" 20 python3 benchmarks/profile_host.py
     wants prologue && run_stage "bench_prologue" "$LOGS/bench_prologue.txt" 40 python3 benchmarks/bench_prologue.py
+    # shellcheck disable=SC2086
     wants fp8 && run_stage "bench_gemm fp8" "$LOGS/bench_fp8.txt" 14 \
-        python3 benchmarks/bench_gemm.py --family fp8_gemm
+        python3 benchmarks/bench_gemm.py --family fp8_gemm ${FP8_BENCH_ARGS:-}
     wants bf16 && run_stage "bench_gemm bf16" "$LOGS/bench_bf16.txt" 45 \
         python3 benchmarks/bench_gemm.py --family bf16_gemm $sweep
     if wants grouped && [ -f benchmarks/bench_grouped.py ]; then
         run_stage "bench_grouped" "$LOGS/bench_grouped.txt" 30 python3 benchmarks/bench_grouped.py
+    fi
+    if wants ncu && command -v ncu > /dev/null; then
+        # --clock-control none: the clocks stay as the card runs them (METHOD.md); the first two
+        # FP8 launches are the warm-up.
+        run_stage "ncu fp8" "$LOGS/ncu_fp8.txt" 60 ncu --clock-control none --section SpeedOfLight \
+            --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+            -k regex:sm90_fp8 --launch-skip 2 -c 2 python3 benchmarks/ncu_fp8.py
     fi
     if [ "$portable" = 1 ]; then
         for family in fp8_gemm bf16_gemm; do

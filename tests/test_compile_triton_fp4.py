@@ -38,22 +38,59 @@ def _compile(fn, signature, constexprs, arch):
     return ptx
 
 
+def _cast_signature(x_type, packed):
+    return {"x_ptr": x_type, "packed_ptr": "*i8", "sf_ptr": "*u8" if packed else "*fp32",
+            "m": "i32", "n": "i32", "half_n": "i32", "num_groups": "i32", "num_sf_columns": "i32",
+            "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
+            "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+            "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr", "BF16_WORDS": "constexpr"}
+
+
+def _cast_constexprs(gran_k, packed, bf16_words):
+    block_m, block_n = fp4._cast_tile(gran_k)
+    return {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
+            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words}
+
+
+# (x pointer type, BF16_WORDS, packed UE8M0): contiguous bf16 goes in as int32 words.
+CAST_VARIANTS = [("*i32", True, True), ("*fp32", False, False), ("*bf16", False, False)]
+
+
 @pytest.mark.parametrize("arch", [90, 100])
 @pytest.mark.parametrize("gran_k", [32, 128])
-@pytest.mark.parametrize("x_type,packed", [("*bf16", True), ("*fp32", False), ("*bf16", False)])
-def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, packed, gran_k, arch):
-    block_m, block_n = fp4._cast_tile(gran_k)
-    signature = {"x_ptr": x_type, "packed_ptr": "*i8", "sf_ptr": "*i32" if packed else "*fp32",
-                 "m": "i32", "n": "i32", "num_groups": "i32", "num_sf_columns": "i32",
-                 "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
-                 "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-                 "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr"}
-    constexprs = {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
-                  "PACKED_UE8M0": packed}
-    ptx = _compile(fp4._per_token_cast_to_fp4_kernel, signature, constexprs, arch)
+@pytest.mark.parametrize("x_type,bf16_words,packed", CAST_VARIANTS)
+def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, bf16_words, packed,
+                                                                   gran_k, arch):
+    ptx = _compile(fp4._per_token_cast_to_fp4_kernel, _cast_signature(x_type, packed),
+                   _cast_constexprs(gran_k, packed, bf16_words), arch)
     # Bitwise agreement with the reference needs correctly rounded divisions (div_rn), not the
     # approximate div.full.f32 that a plain fp32 `/` lowers to.
     assert "div.rn.f32" in ptx and "div.full.f32" not in ptx and "div.approx" not in ptx
+
+
+def test_fp4_cast_thread_owns_whole_groups_with_16_byte_accesses():
+    """The benchmark case (bf16 [4096, 7168], gran_k 32, packed UE8M0), specialized as a launch
+    specializes it (16-byte aligned pointers, sizes divisible by 16, unit strides as constants):
+    each thread loads its 32-column slot with 16-byte loads and stores its 16 bytes at once, and
+    no group crosses threads (no shuffle, no shared memory), which is what the kernel's layout is
+    for; a Triton whose coalescing picked another layout would fail here, not only run slower."""
+    signature = _cast_signature("*i32", True)
+    constexprs = _cast_constexprs(32, True, True)
+    signature["stride_xn"] = signature["stride_sfk"] = "constexpr"
+    constexprs["stride_xn"] = constexprs["stride_sfk"] = 1
+    names = fp4._per_token_cast_to_fp4_kernel.arg_names
+    divisible = ["x_ptr", "packed_ptr", "sf_ptr", "m", "n", "half_n", "num_groups", "stride_xm"]
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    compiled = triton.compile(ASTSource(fp4._per_token_cast_to_fp4_kernel, signature, constexprs,
+                                        attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": _NUM_WARPS})
+    ptx = compiled.asm["ptx"]
+    block_m, block_n = fp4._cast_tile(32)
+    slots_per_thread = block_m * block_n // 32 // (32 * _NUM_WARPS)
+    assert ptx.count("ld.global.v4.b32") == 4 * slots_per_thread
+    assert ptx.count("st.global.v4.b32") == slots_per_thread
+    assert "shfl.sync" not in ptx and "bar.sync" not in ptx
+    assert compiled.metadata.shared == 0
 
 
 def test_transpose_kernel_compiles():

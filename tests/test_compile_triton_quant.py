@@ -44,7 +44,8 @@ def _per_channel(x_type, use_ue8m0):
     signature = {"x_ptr": x_type, "q_ptr": "*fp8e4nv", "sf_ptr": "*fp32", "n": "i32", **_STRIDES,
                  "GRAN_K": "constexpr", "BLOCK_N": "constexpr", "USE_UE8M0": "constexpr"}
     constexprs = {"GRAN_K": 128, "BLOCK_N": quant._PER_CHANNEL_BLOCK_N, "USE_UE8M0": use_ue8m0}
-    return quant._per_channel_cast_to_fp8_kernel, signature, constexprs, 4
+    num_warps = quant._PER_CHANNEL_NUM_WARPS
+    return quant._per_channel_cast_to_fp8_kernel, signature, constexprs, num_warps
 
 
 KERNELS = {"per_token": _per_token, "per_block": _per_block, "per_channel": _per_channel}

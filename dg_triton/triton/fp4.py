@@ -6,10 +6,9 @@ Every result is bitwise equal to ``dg_triton.reference_quant`` because each step
 fp32 operation, or pure bit movement:
 
 - loads are upcast to fp32 (bf16 -> fp32 is exact);
-- the group amax is an integer max over the fp32 bit patterns with the sign bit cleared. For
-  non-negative floats the bit order is the value order, and a NaN (exponent 255, non-zero
-  mantissa) sorts above +inf, so a NaN in the group gives a NaN amax as ``torch.amax`` does;
-  ``tl.max`` on floats would drop it (maxnum on NVIDIA, ``np.nanmax`` in the interpreter);
+- the group amax of the cast is a NaN-propagating float max of |x| (``max.NaN`` on NVIDIA,
+  ``np.maximum`` in the interpreter), so a NaN in the group gives a NaN amax as ``torch.amax``
+  does; ``tl.max`` on floats would drop it (maxnum on NVIDIA, ``np.nanmax`` in the interpreter);
 - the 1e-4 floor is a select that keeps NaN, like ``clamp_min``;
 - ``sf = amax / 6`` and ``1 / sf`` use ``div_rn``: Triton's ``/`` on fp32 lowers to the
   approximate ``div.full.f32`` on NVIDIA, which is not correctly rounded;
@@ -37,13 +36,15 @@ __all__ = [
 ]
 
 # Elements per program of the cast and the cast-back: 4096 fp32 values are 32 registers a thread
-# over 4 warps.
+# over 4 warps (the cast: one 32-column slot a thread, 62 registers on sm_90a; 8192, two slots,
+# is 0.5 SASS instructions an element fewer at 116 registers: block_m=32 tries it).
 _ELEMENTS_PER_PROGRAM = 4096
 # The cast's column block spans at least this many columns and at least 4 K-groups, so that the
 # packed UE8M0 words (4 groups each) never straddle two programs.
 _CAST_MIN_BLOCK_N = 256
-# Transpose tile: 128 input rows x 64 input bytes (128 codes) in, 128 output rows x 64 bytes out.
-_TRANSPOSE_BLOCK_ROWS = 128
+# Transpose tile: 256 input rows x 64 input bytes (128 codes) in, 128 output rows x 128 bytes
+# (whole 128-byte lines) out; 16 KiB over 4 warps, 56 registers (ptxas, sm_90a).
+_TRANSPOSE_BLOCK_ROWS = 256
 _TRANSPOSE_BLOCK_BYTES = 64
 # Cast-back tile: 16 rows x 256 columns.
 _CAST_BACK_BLOCK_M = 16
@@ -51,26 +52,56 @@ _CAST_BACK_BLOCK_N = 256
 
 
 @triton.jit
-def _e2m1_codes(scaled):
-    """fp32 (already scaled) -> E2M1 codes 0..15 as int32: the index is the number of midpoints
-    the magnitude exceeds (strict ``>``: ties round down; NaN exceeds none; above 5 it is 7), the
-    sign bit is set only with a non-zero index.
+def _e2m1_indices(magnitude):
+    """fp32 magnitudes (>= 0 or NaN, already scaled) -> E2M1 indices 0..7 as int32: the number of
+    midpoints the magnitude exceeds (strict ``>``: ties round down; NaN exceeds none; above 5 it
+    is 7), as the reference defines it.
 
-    Counted with bit arithmetic instead of seven compares and selects (the cast was bound by
+    Counted with bit arithmetic instead of seven compares and selects (the cast is bound by
     instruction issue on the H200, not by memory). From 1 to 6 the E2M1 values 1, 1.5, 2, 3, 4, 6
     are the fp32 values with one mantissa bit, 2^22 apart as bit patterns, and the midpoints 1.25,
     1.75, 2.5, 3.5, 5 lie 2^21 above each: for a magnitude clamped to [1, 6], the count of those
-    five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e. ``(bits -
-    0x3F600001) >> 22`` (no int32 overflow, even for a NaN the interpreter's clamp keeps). The two
-    midpoints below 1 (0.25, 0.75) are compares. A magnitude at most 0.25, or NaN, is code 0 whatever
-    the clamp made of it, which also keeps a "-0" code out. Same result as the reference for every
-    fp32 input (tests/interpret/test_fp4.py puts values on and next to every midpoint)."""
-    magnitude = tl.abs(scaled)
+    five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e. ``(bits +
+    0x5FFFFF) >> 22`` minus 255. That count is taken only above 0.75 (below, it is the 0.25
+    compare); a NaN fails both compares, so whatever the clamp made of it (the GPU's float min/max
+    drop a NaN, the interpreter's keep it) it is index 0. Same result as the reference for every
+    fp32 input (tests/interpret/test_fp4.py puts values on and next to every midpoint, and NaN
+    and inf)."""
     clamped = tl.minimum(tl.maximum(magnitude, 1.0), 6.0)
-    upper_midpoints = (clamped.to(tl.int32, bitcast=True) - 0x3F600001) >> 22
-    index = upper_midpoints + 1 + (magnitude > 0.75).to(tl.int32)
-    sign = (scaled.to(tl.int32, bitcast=True) >> 28) & 0x8
-    return tl.where(magnitude > 0.25, index | sign, 0)
+    upper_midpoints = ((clamped.to(tl.int32, bitcast=True) + 0x5FFFFF) >> 22) - 255
+    return tl.where(magnitude > 0.75, upper_midpoints + 2, (magnitude > 0.25).to(tl.int32))
+
+
+@triton.jit
+def _e2m1_pairs(x, inv_sf, sign_words):
+    """fp32 ``x`` [..., 2k] (``inv_sf`` broadcast to it) -> int32 bytes [..., k], each the E2M1
+    codes of an (even, odd) pair of ``x * inv_sf``, even code in the low nibble. ``sign_words``
+    [..., k] holds the pair's sign bits at bits 15 (even) and 31 (odd), as a bf16 pair does.
+
+    The sign is applied to the packed byte rather than to each code: with ``s`` the byte's two
+    sign bits at bits 3 and 7, and ``t = byte + 0x77`` (each nibble's index plus 7, no carry), bit 3
+    of a nibble of t is set exactly when its index is non-zero, so ``byte | (s & t)`` sets the sign
+    only on non-zero codes (no "-0", code 8), as the reference does: four integer instructions a
+    pair besides the packing, where a sign per code took three per code. The magnitude is only
+    read by compares and min/max, which take the abs as an operand modifier."""
+    magnitude = tl.abs(x * inv_sf)
+    indices = tl.reshape(_e2m1_indices(magnitude), sign_words.shape + (2,))
+    low, high = tl.split(indices)
+    byte = low + (high << 4)
+    # Bit 15 to bit 3 and bit 31 to bits 7 and 19 in one multiply-high: (m * (2^20 + 2^8)) >> 32
+    # is (m >> 12) + (m >> 24) for m = the two sign bits (the low word of the product holds only
+    # bit 23, so nothing carries). Bit 19 lies above the byte and t (below 0xEF), so ``s & t``
+    # keeps bits 3 and 7 only.
+    sign_bits = (sign_words & -2147450880).to(tl.uint32, bitcast=True)  # 0x80008000
+    signs = tl.umulhi(sign_bits, tl.full(sign_bits.shape, 0x100100, tl.uint32))
+    return byte | (signs.to(tl.int32, bitcast=True) & (byte + 0x77))
+
+
+@triton.jit
+def _max_keeping_nan(a, b):
+    """Max whose result is NaN if either operand is, on the GPU (max.NaN) as in the interpreter,
+    like torch.amax. One FMNMX per value, the abs folded into it as an operand modifier."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -91,33 +122,67 @@ def _e2m1_values(codes):
 @triton.jit
 def _per_token_cast_to_fp4_kernel(
     x_ptr, packed_ptr, sf_ptr,
-    m, n, num_groups, num_sf_columns,
+    m, n, half_n, num_groups, num_sf_columns,
     stride_xm, stride_xn,
     stride_sfm, stride_sfk,
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr,
+    USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, BF16_WORDS: tl.constexpr,
 ):
     """Program (i, j): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N),
-    BLOCK_N a multiple of 4 * GRAN_K. Columns past n read as 0 (the reference's zero padding).
+    BLOCK_N a multiple of 4 * GRAN_K and of SLOT. Columns past n read as 0 (the reference's zero
+    padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
+    compiler (``n // 2`` in the kernel only tells it 8): the masks then allow 16-byte accesses.
+
+    The tile is [slot, SLOT / 2] words in and [slot, SLOT / 2] bytes out, a slot being SLOT =
+    max(GRAN_K, 16) consecutive columns of one row. Triton's coalescing gives a load the widest
+    per-thread vector of the memory accesses of its shape that depend on it, here the packed
+    store's 16 bytes, so with BF16_WORDS a thread loads a whole 32-column slot (16 words, four
+    16-byte loads) and stores its 16 bytes: a group's amax, scale and codes never cross threads.
+    That removes the amax's shuffles and computes each group's scale (two correctly rounded
+    divisions) once instead of in each of the 4 threads that held a part of it; the cast is bound
+    by instruction issue on the H200 (sm_90a SASS: 25 instructions per element before, 16 now).
+    With an fp32 or strided bf16 input the load has another shape and the group spans threads
+    (Triton reduces across them): correct, not tuned.
+
+    With BF16_WORDS, ``x_ptr`` is the int32 view of bf16 x (row stride in words): a word holds
+    columns 2k (low half) and 2k + 1; upcasting takes one shift or one mask per value (Triton's
+    bf16 -> fp32 on separate halves takes a byte permute and a shift for every high half), and
+    the word is the sign source of ``_e2m1_pairs`` as it is.
 
     ``packed_ptr`` is the contiguous int8 output [m, n/2]. The SF element (row, c) goes to
     ``sf_ptr + row * stride_sfm + c * stride_sfk``, which covers both the row-major and the
-    TMA-aligned MN-major layout; c is a K-group (fp32 sf) or a word of 4 groups (packed int32,
-    ``num_sf_columns`` of them).
+    TMA-aligned MN-major layout; c is a K-group (fp32 sf) or, packed, ``sf_ptr`` is the byte view
+    of the int32 words (``num_sf_columns`` of them a row, strides in words): group g's biased
+    exponent is byte g % 4 of word (row, g // 4), written by the thread that owns the group.
     """
-    GROUPS: tl.constexpr = BLOCK_N // GRAN_K
+    SLOT: tl.constexpr = GRAN_K if GRAN_K > 16 else 16
+    GROUPS_PER_SLOT: tl.constexpr = SLOT // GRAN_K
+    SLOTS_PER_ROW: tl.constexpr = BLOCK_N // SLOT
+    NUM_SLOTS: tl.constexpr = BLOCK_M * SLOTS_PER_ROW
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    slot = tl.arange(0, NUM_SLOTS)
+    rows = pid_m * BLOCK_M + slot // SLOTS_PER_ROW
+    slot_cols = pid_n * BLOCK_N + (slot % SLOTS_PER_ROW) * SLOT
     row_ok = rows < m
     rows64 = rows.to(tl.int64)
+    # Pair k of a slot: columns 2k, 2k + 1 (a bf16 word), byte k of the slot's packed output.
+    pair_cols = slot_cols[:, None] // 2 + tl.arange(0, SLOT // 2)[None, :]
+    pair_mask = row_ok[:, None] & (pair_cols < half_n)
 
-    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols.to(tl.int64)[None, :] * stride_xn,
-                mask=row_ok[:, None] & (cols < n)[None, :], other=0.0).to(tl.float32)
-    x_groups = tl.reshape(x, (BLOCK_M, GROUPS, GRAN_K))
-    magnitude_bits = x_groups.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    amax = tl.max(magnitude_bits, axis=2).to(tl.float32, bitcast=True)
+    if BF16_WORDS:
+        words = tl.load(x_ptr + rows64[:, None] * stride_xm + pair_cols, mask=pair_mask, other=0)
+        x = tl.reshape(tl.join(words << 16, words & -65536), (NUM_SLOTS, SLOT))
+        x = x.to(tl.float32, bitcast=True)
+    else:
+        cols = slot_cols[:, None] + tl.arange(0, SLOT)[None, :]
+        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols.to(tl.int64) * stride_xn,
+                    mask=row_ok[:, None] & (cols < n), other=0.0).to(tl.float32)
+        low_bits, high_bits = tl.split(tl.reshape(x.to(tl.int32, bitcast=True),
+                                                  (NUM_SLOTS, SLOT // 2, 2)))
+        words = (high_bits & -65536) | ((low_bits >> 16) & 0xFFFF)
+    x_groups = tl.reshape(x, (NUM_SLOTS, GROUPS_PER_SLOT, GRAN_K))
+    amax = tl.reduce(tl.abs(x_groups), 2, _max_keeping_nan)
     sf = tl.math.div_rn(tl.where(amax < 1e-4, 1e-4, amax), 6.0)
     if USE_UE8M0:
         sf_bits = sf.to(tl.int32, bitcast=True)
@@ -131,31 +196,22 @@ def _per_token_cast_to_fp4_kernel(
     else:
         inv_sf = tl.math.div_rn(1.0, sf)
 
-    codes = tl.reshape(_e2m1_codes(x_groups * inv_sf[:, :, None]), (BLOCK_M, BLOCK_N // 2, 2))
-    low, high = tl.split(codes)
-    packed = (low | (high << 4)).to(tl.int8)
-    half_n = n // 2
-    packed_cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-    tl.store(packed_ptr + rows64[:, None] * half_n + packed_cols[None, :], packed,
-             mask=row_ok[:, None] & (packed_cols < half_n)[None, :])
+    inv_sf = tl.reshape(tl.broadcast_to(inv_sf[:, :, None], (NUM_SLOTS, GROUPS_PER_SLOT, GRAN_K)),
+                        (NUM_SLOTS, SLOT))
+    packed = _e2m1_pairs(x, inv_sf, words).to(tl.int8)
+    tl.store(packed_ptr + rows64[:, None] * half_n + pair_cols, packed, mask=pair_mask)
 
-    groups = pid_n * GROUPS + tl.arange(0, GROUPS)
+    groups = slot_cols[:, None] // GRAN_K + tl.arange(0, GROUPS_PER_SLOT)[None, :]
     if PACKED_UE8M0:
         # Groups past num_groups pad the last word with 1.0 (biased exponent 127), as the
         # reference pads the SF count to a multiple of 4.
-        exponents = tl.where(groups[None, :] < num_groups, (sf.to(tl.int32, bitcast=True) >> 23),
-                             127)
-        byte_shift = (tl.arange(0, 4) * 8)[None, None, :]
-        # The four bytes occupy disjoint bits, so their sum is their bitwise or (no carries; a
-        # top byte >= 128 just makes the int32 negative, the intended bit pattern).
-        words = tl.sum(tl.reshape(exponents, (BLOCK_M, GROUPS // 4, 4)) << byte_shift, axis=2)
-        word_cols = pid_n * (GROUPS // 4) + tl.arange(0, GROUPS // 4)
-        word_offsets = rows64[:, None] * stride_sfm + word_cols.to(tl.int64)[None, :] * stride_sfk
-        tl.store(sf_ptr + word_offsets, words,
-                 mask=row_ok[:, None] & (word_cols < num_sf_columns)[None, :])
+        exponents = tl.where(groups < num_groups, sf.to(tl.int32, bitcast=True) >> 23, 127)
+        byte_offsets = 4 * (rows64[:, None] * stride_sfm + (groups // 4) * stride_sfk) + groups % 4
+        tl.store(sf_ptr + byte_offsets, exponents.to(tl.uint8),
+                 mask=row_ok[:, None] & (groups < 4 * num_sf_columns))
     else:
-        sf_offsets = rows64[:, None] * stride_sfm + groups.to(tl.int64)[None, :] * stride_sfk
-        tl.store(sf_ptr + sf_offsets, sf, mask=row_ok[:, None] & (groups < num_groups)[None, :])
+        sf_offsets = rows64[:, None] * stride_sfm + groups.to(tl.int64) * stride_sfk
+        tl.store(sf_ptr + sf_offsets, sf, mask=row_ok[:, None] & (groups < num_groups))
 
 
 @triton.jit
@@ -181,7 +237,8 @@ def _transpose_packed_fp4_kernel(
     byte_cols = pid_bytes * BLOCK_BYTES + tl.arange(0, BLOCK_BYTES)
     half_m = m // 2
     load_mask = (pair_rows < half_m)[:, None] & (byte_cols < half_n)[None, :]
-    even_ptrs = a_ptr + (2 * pair_rows)[:, None] * stride_am + byte_cols[None, :] * stride_an
+    even_ptrs = (a_ptr + (2 * pair_rows).to(tl.int64)[:, None] * stride_am
+                 + byte_cols.to(tl.int64)[None, :] * stride_an)
     even = tl.load(even_ptrs, mask=load_mask, other=0).to(tl.uint8, bitcast=True)
     odd = tl.load(even_ptrs + stride_am, mask=load_mask, other=0).to(tl.uint8, bitcast=True)
 
@@ -193,7 +250,7 @@ def _transpose_packed_fp4_kernel(
 
     out_rows = pid_bytes * (2 * BLOCK_BYTES) + tl.arange(0, 2 * BLOCK_BYTES)
     out_cols = pid_rows * (BLOCK_ROWS // 2) + tl.arange(0, BLOCK_ROWS // 2)
-    tl.store(out_ptr + out_rows[:, None] * half_m + out_cols[None, :],
+    tl.store(out_ptr + out_rows.to(tl.int64)[:, None] * half_m + out_cols[None, :],
              packed.to(tl.int8, bitcast=True),
              mask=(out_rows < 2 * half_n)[:, None] & (out_cols < half_m)[None, :])
 
@@ -243,9 +300,11 @@ def _cdiv(x: int, y: int) -> int:
 
 
 def _cast_tile(gran_k: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) of the cast on a GPU."""
+    """(BLOCK_M, BLOCK_N) of the cast on a GPU: at least one slot (max(gran_k, 16) columns) per
+    thread of the 4 warps, else threads would hold copies of the same slot."""
     block_n = max(_CAST_MIN_BLOCK_N, 4 * gran_k)
-    return max(1, _ELEMENTS_PER_PROGRAM // block_n), block_n
+    elements = max(_ELEMENTS_PER_PROGRAM, 128 * max(gran_k, 16))
+    return max(1, elements // block_n), block_n
 
 
 def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
@@ -266,19 +325,28 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
     num_groups = _cdiv(n, gran_k)
     packed = torch.empty((m, n // 2), dtype=torch.int8, device=x.device)
     sf_columns = _cdiv(num_groups, 4) if use_packed_ue8m0 else num_groups
-    sf_dtype = torch.int32 if use_packed_ue8m0 else torch.float32
     sf_rows = _cdiv(m, 4) * 4 if tma_aligned_sf else m
     sf_strides = (1, sf_rows) if tma_aligned_sf else (sf_columns, 1)
-    sf = torch.empty(sf_rows * sf_columns, dtype=sf_dtype, device=x.device).as_strided(
-        (m, sf_columns), sf_strides)
+    if use_packed_ue8m0:
+        # The kernel writes the packed SF byte by byte (each thread owns one group) through the
+        # uint8 buffer under it.
+        sf_target = torch.empty(4 * sf_rows * sf_columns, dtype=torch.uint8, device=x.device)
+        sf = sf_target.view(torch.int32).as_strided((m, sf_columns), sf_strides)
+    else:
+        sf_target = torch.empty(sf_rows * sf_columns, dtype=torch.float32, device=x.device)
+        sf = sf_target.as_strided((m, sf_columns), sf_strides)
     default_block_m, default_block_n = _cast_tile(gran_k)
     block_m, block_n = block_m or default_block_m, block_n or default_block_n
+    # bf16 rows of whole 4-byte words are read as int32 (see the kernel); n is even already.
+    bf16_words = (x.dtype == torch.bfloat16 and x.stride(1) == 1 and x.stride(0) % 2 == 0
+                  and x.storage_offset() % 2 == 0)
+    x_arg = x.view(torch.int32) if bf16_words else x
     if m > 0 and n > 0:
         _per_token_cast_to_fp4_kernel[(_cdiv(m, block_m), _cdiv(n, block_n))](
-            x, packed, sf, m, n, num_groups, sf_columns, x.stride(0), x.stride(1),
-            sf.stride(0), sf.stride(1),
+            x_arg, packed, sf_target, m, n, n // 2, num_groups, sf_columns,
+            x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
-            PACKED_UE8M0=bool(use_packed_ue8m0), num_warps=4)
+            PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words, num_warps=4)
     return packed, sf
 
 
