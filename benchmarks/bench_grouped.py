@@ -60,9 +60,9 @@ NAME_SUFFIX = ""
 CONTIGUOUS_NOTE = "baseline cublas: a loop of torch.matmul per group over its rows"
 MASKED_NOTE = "baseline cublas: torch.bmm over the first max(masked_m) rows of every group"
 FP8_CONTIGUOUS_NOTE = ("baseline cublas: torch._scaled_mm block-wise (1x128 A, 128x128 B scales) per group over "
-                       "its rows; deepgemm_anchor: ANCHORS.md")
+                       "its rows padded to the 128-row segment; deepgemm_anchor: ANCHORS.md")
 FP8_MASKED_NOTE = ("baseline cublas: torch._scaled_mm block-wise (1x128 A, 128x128 B scales) per group over its "
-                   "masked_m rows; deepgemm_anchor: ANCHORS.md")
+                   "masked_m rows padded to a multiple of 16; deepgemm_anchor: ANCHORS.md")
 ANCHOR_SOURCE = "ANCHORS.md (DeepGEMM 2.6.1 SM90 on H200, its own random group sizes)"
 # ANCHORS.md "Grouped FP8 (DeepGEMM)": TFLOPS per (layout, groups, expected m), in GROUPED_NK order.
 DEEPGEMM_FP8_GROUPED_TFLOPS = {
@@ -247,8 +247,12 @@ def fp8_contiguous_case(num_groups, expected, n, k, psum):
     diff = check_rows(d, expected_d, ids >= 0, f"{function} G={num_groups} m={expected} n={n} k={k}",
                       FP8_THRESHOLD)
     del expected_d
-    baseline = cublas_fp8_groups([(a_q[s:s + size], sfa[s:s + size], b_q[g], sfb[g])
-                                  for g, (s, size) in enumerate(zip(starts, sizes)) if size])
+    # Each group's rows padded to its aligned segment (zero rows of A): cuBLAS block-wise refuses
+    # row counts whose scale rows are not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED, seen on the
+    # H200 2026-12-01), so the baseline multiplies up to 127 more rows per group than ours must.
+    baseline = cublas_fp8_groups([(a_q[s:s + padded], sfa[s:s + padded], b_q[g], sfb[g])
+                                  for g, (s, size) in enumerate(zip(starts, sizes)) if size
+                                  for padded in (min(-(-size // ALIGNMENT) * ALIGNMENT, m - s),)])
     valid = sum(sizes)
     name = function + (":psum" if psum else "")
     shape = {"groups": num_groups, "expected_m": expected, "m": m, "valid_m": valid, "n": n, "k": k}
@@ -281,8 +285,10 @@ def fp8_masked_case(num_groups, expected, n, k):
     diff = check_rows(d, expected_d, meaningful, f"{function} G={num_groups} m={expected} n={n} k={k}",
                       FP8_THRESHOLD)
     del expected_d
-    baseline = cublas_fp8_groups([(a_q[g, :count], sfa_3d[g, :count], b_q[g], sfb[g])
-                                  for g, count in enumerate(counts) if count])
+    # Rows padded to a multiple of 16 (cuBLAS block-wise refuses others, as above).
+    baseline = cublas_fp8_groups([(a_q[g, :padded], sfa_3d[g, :padded], b_q[g], sfb[g])
+                                  for g, count in enumerate(counts) if count
+                                  for padded in (min(-(-count // 16) * 16, max_m),)])
     valid = sum(counts)
     sn = -(-n // 128)
     nbytes = valid * k + 4 * valid * sk + num_groups * n * k + 4 * num_groups * sn * sk + 2 * valid * n
