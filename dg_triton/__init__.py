@@ -1,14 +1,12 @@
 """dg_triton: DeepGEMM-compatible tensor-core kernels (Triton front, JIT-compiled CUDA back).
 
 Importing is cheap: no CUDA call, no compilation. Kernels compile on first use (see README).
-Built so far: the SM90 BF16 dense GEMMs, the SM90 M-grouped BF16 GEMMs (contiguous and masked;
-compile-checked, not yet run on a GPU), the public layer of the SM90 M-grouped FP8 GEMMs
-(grouped_fp8.py; its kernels in progress), the SM90 FP8 dense GEMMs (1D2D, 1D1D, skip-head-mid;
-compile-checked, not yet run on a GPU), the Triton prologue kernels (FP8/FP4 casts, scale-factor
-layouts, fused SwiGLU + FP8 quant, MoE token layouts) that run on any CUDA GPU and fall back to
-plain torch on other devices, and portable Triton dense GEMMs (BF16, FP8) for every other CUDA GPU
-and, under TRITON_INTERPRET=1, for CPU tensors (dispatch.py; not yet run on a GPU). There is no
-SM100 CUDA kernel yet.
+Built so far (all run and tested on an H200, README): the SM90 BF16 and FP8 dense GEMMs (FP8 1D2D,
+1D1D, skip-head-mid), the SM90 M-grouped BF16 and FP8 GEMMs (contiguous and masked), the Triton
+prologue kernels (FP8/FP4 casts, scale-factor layouts, fused SwiGLU + FP8 quant, MoE token layouts)
+that run on any CUDA GPU and fall back to plain torch on other devices, and portable Triton GEMMs
+(dense BF16 and FP8, M-grouped BF16) for every other CUDA GPU and, under TRITON_INTERPRET=1, for
+CPU tensors (dispatch.py). No K-grouped GEMM and no SM100 CUDA kernel yet.
 """
 __version__ = "2.6.1"
 

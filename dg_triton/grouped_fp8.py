@@ -307,7 +307,8 @@ def _contiguous(function, a, b, d, grouped_layout, recipe, recipe_a, recipe_b, c
     dispatch.backend(function, device, _SM90)  # the SM90 kernel or NotImplementedError
     sfa, sfb = _kernel_scale_factors(function, sfa, sfb)
     sm90_grouped_gemm.run_fp8_contiguous(function, a_data, sfa, b_data, sfb, d, grouped_layout,
-                                         b_data.shape[0], use_psum_layout, mk_alignment, compiled_dims)
+                                         b_data.shape[0], use_psum_layout, mk_alignment, compiled_dims,
+                                         expected_m_for_psum_layout if use_psum_layout else None)
 
 
 def _mT(t):

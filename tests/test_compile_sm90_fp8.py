@@ -91,3 +91,7 @@ def test_fp8_configs_respect_the_register_caps_and_the_skip_head_mid_split():
             assert _chosen(m, n, k, "1d1d").config.block_n <= heuristics.FP8_MAX_BLOCK_N["1d1d"]
     spec = _chosen(4096, 4096, 7168, "1d2d", block_n_divides=128)
     assert 128 % spec.config.block_n == 0
+    # set_block_size_multiple_of's N multiple holds (the tuned table is skipped then).
+    for multiple in (3, 5, 7):
+        config = heuristics.choose_fp8_gemm_config(4096, 4096, 7168, 2, _NUM_SMS, block_n_multiple=multiple)
+        assert config.block_n % (16 * multiple) == 0, (multiple, config)

@@ -210,20 +210,22 @@ def test_contiguous_reaches_kernel_with_documented_layouts(kernel_runs):
     (a, sfa), (b, sfb) = kwargs["a"], kwargs["b"]
     call(CONTIGUOUS, **kwargs, compiled_dims="k")
     [(kind, args)] = kernel_runs
-    function, a_k, sfa_k, b_k, sfb_k, d_k, layout_k, num_groups, use_psum, mk_alignment, compiled_dims = args
+    (function, a_k, sfa_k, b_k, sfb_k, d_k, layout_k, num_groups, use_psum, mk_alignment, compiled_dims,
+     expected_m) = args
     assert kind == "contiguous" and function == CONTIGUOUS
     assert a_k is a and b_k is b and d_k is kwargs["d"] and layout_k is kwargs["grouped_layout"]
     assert sfa_k.dtype == torch.float32 and sfa_k.shape == (M, SK) and sfa_k.stride() == (1, align(M, 4))
     assert torch.equal(sfa_k, sfa)
     assert sfb_k is sfb and sfb_k.is_contiguous()
-    assert (num_groups, use_psum, mk_alignment, compiled_dims) == (G, False, 128, "k")
+    assert (num_groups, use_psum, mk_alignment, compiled_dims, expected_m) == (G, False, 128, "k", None)
 
 
 def test_contiguous_psum_reaches_kernel_with_psum_and_alignment(kernel_runs):
     kwargs = contiguous_args(psum=True)
     call(CONTIGUOUS, **kwargs, expected_m_for_psum_layout=128)
     [(_, args)] = kernel_runs
-    assert args[6] is kwargs["grouped_layout"] and args[7:] == (G, True, 128, "nk")
+    # expected_m_for_psum_layout reaches the config choice (API.md 3.4).
+    assert args[6] is kwargs["grouped_layout"] and args[7:] == (G, True, 128, "nk", 128)
 
 
 def test_masked_reaches_kernel_with_documented_layouts(kernel_runs):

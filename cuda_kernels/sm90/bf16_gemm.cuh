@@ -168,25 +168,11 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
         } else if constexpr (Sched::kGrouped) {
-#pragma unroll
-            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
-#pragma unroll
-                for (uint32_t half = 0; half < 2; ++half)
-#pragma unroll
-                    for (uint32_t j = 0; j < 2; ++j)
-                        acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
-            const uint32_t row0 = scheduler.a_row(unit) + math_wg * 64;
-            const uint32_t col0 = unit.n_block * T::kBlockN;
-            const uint32_t rows = unit.rows_written > math_wg * 64
-                                      ? min(unit.rows_written - math_wg * 64, 64u) : 0u;
-            if (rows == 64) {
-                T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                                   &epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0, col0,
-                                   /*barrier_id=*/1 + math_wg);
-            } else if (rows > 0) {
-                RowLimitedStoreEpilogue<typename T::OutT, T::kBlockN>::store(
-                    acc, static_cast<typename T::OutT*>(split.d), split.ld_d, row0, col0, rows, n);
-            }
+            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
+                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64,
+                unit.n_block * T::kBlockN, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
             T::Epilogue::store(acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                                &epilogue_barriers[math_wg], epilogue_phase, &tma_d,

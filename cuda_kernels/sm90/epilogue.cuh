@@ -138,8 +138,8 @@ struct SwizzledTmaStoreEpilogue {
 // (the others must stay untouched, e.g. past a masked group's row count), stored from the
 // fragment with plain global stores of two elements (4 or 8 bytes). Only the last tile of such a
 // group comes here, so the poorer coalescing costs little. d points at D's element (0, 0), ld_d
-// is its row stride in elements; columns at or past n are skipped (n is even: a row of D is a
-// multiple of 16 bytes).
+// is its row stride in elements; columns at or past n are skipped, also the second of a pair at an
+// odd n (D may be a column slice of a wider buffer whose next column is not ours).
 template <typename OutT, uint32_t kBlockN>
 struct RowLimitedStoreEpilogue {
     __device__ __forceinline__ static void store(const float* acc, OutT* d, uint32_t ld_d,
@@ -154,8 +154,10 @@ struct RowLimitedStoreEpilogue {
 #pragma unroll
             for (uint32_t t = 0; t < kBlockN / 8; ++t) {
                 const uint32_t col = col0 + fragment_col(t);
-                if (col < n)
+                if (col + 1 < n)
                     store_pair(d_row + col, acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+                else if (col < n)
+                    store_one(d_row + col, acc[t * 4 + half * 2]);
             }
         }
     }
@@ -166,6 +168,37 @@ struct RowLimitedStoreEpilogue {
     __device__ __forceinline__ static void store_pair(__nv_bfloat16* p, float x, float y) {
         *reinterpret_cast<__nv_bfloat162*>(p) = __float22bfloat162_rn(make_float2(x, y));
     }
+    __device__ __forceinline__ static void store_one(float* p, float x) { *p = x; }
+    __device__ __forceinline__ static void store_one(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 };
+
+// The M-grouped GEMMs' store of one warpgroup's 64 tile rows (bf16_gemm.cuh, fp8_gemm.cuh): rows
+// that keep no product (keep_row, per fragment half) become zeros; then a warpgroup whose 64 rows
+// are all stored goes through the TMA-store epilogue, one with fewer (the last tile of a masked
+// group, the end of a psum layout) through RowLimitedStoreEpilogue, because a TMA box cannot leave
+// rows inside the tensor unwritten. row0: the warpgroup's first row of D; rows_written: the
+// unit's stored rows from the tile's first.
+template <class Epilogue, typename OutT, uint32_t kBlockN>
+__device__ __forceinline__ void store_grouped_rows(float* acc, const bool (&keep_row)[2],
+                                                   uint32_t rows_written, uint32_t math_wg,
+                                                   uint32_t row0, uint32_t col0, uint8_t* staging,
+                                                   uint64_t* load_barrier, uint32_t& load_phase,
+                                                   const TmaDescriptor* tma_d, OutT* d, uint32_t ld_d,
+                                                   uint32_t n) {
+#pragma unroll
+    for (uint32_t t = 0; t < kBlockN / 8; ++t)
+#pragma unroll
+        for (uint32_t half = 0; half < 2; ++half)
+#pragma unroll
+            for (uint32_t j = 0; j < 2; ++j)
+                acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
+    const uint32_t rows = rows_written > math_wg * 64 ? min(rows_written - math_wg * 64, 64u) : 0u;
+    if (rows == 64) {
+        Epilogue::store(acc, staging, load_barrier, load_phase, tma_d, row0, col0,
+                        /*barrier_id=*/1 + math_wg);
+    } else if (rows > 0) {
+        RowLimitedStoreEpilogue<OutT, kBlockN>::store(acc, d, ld_d, row0, col0, rows, n);
+    }
+}
 
 }  // namespace dg::sm90

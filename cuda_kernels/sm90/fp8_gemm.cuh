@@ -22,7 +22,7 @@
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
 // epilogue is SwizzledTmaStoreEpilogue, or SplitKEpilogue when K is split (small M). The 1D2D B
-// scales (one or two per K block and tile) are plain global loads one K block ahead.
+// scales (one to three per K block and tile) are plain global loads one K block ahead.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -392,24 +392,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
         } else if constexpr (Sched::kGrouped) {
-#pragma unroll
-            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
-#pragma unroll
-                for (uint32_t half = 0; half < 2; ++half)
-#pragma unroll
-                    for (uint32_t j = 0; j < 2; ++j)
-                        acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
-            const uint32_t row0 = scheduler.a_row(unit) + math_wg * 64;
-            const uint32_t rows = unit.rows_written > math_wg * 64
-                                      ? min(unit.rows_written - math_wg * 64, 64u) : 0u;
-            if (rows == 64) {
-                T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                                   &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d, row0, n0,
-                                   /*barrier_id=*/1 + math_wg);
-            } else if (rows > 0) {
-                RowLimitedStoreEpilogue<typename T::OutT, T::kBlockN>::store(
-                    acc, static_cast<typename T::OutT*>(split.d), split.ld_d, row0, n0, rows, n);
-            }
+            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
+                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
+                plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
             T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,

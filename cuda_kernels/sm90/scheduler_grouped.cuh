@@ -1,5 +1,6 @@
-// Tile schedulers of the M-grouped GEMMs (API.md 3.4, 3.5): the dense GEMM's mainloop and
-// epilogue (bf16_gemm.cuh, gemm_pipeline.cuh) with only the scheduler swapped (STYLE.md).
+// Tile schedulers of the M-grouped GEMMs (API.md 3.4, 3.5): the dense GEMMs' mainloops and
+// epilogues (bf16_gemm.cuh, fp8_gemm.cuh, gemm_pipeline.cuh) with only the scheduler swapped
+// (STYLE.md).
 //
 // Every operand is seen through a 2-D TMA descriptor: A and D as [M, K] / [M, N] (contiguous) or
 // [G * max_m, K] / [G * max_m, N] (masked); B as [G * N, K] (K-major: group g's rows start at
@@ -10,7 +11,7 @@
 // The group structure lives on the device and is read here, by every role of every CTA (the
 // producer thread and each consumer warpgroup run their own copy, so they agree without talking):
 // no host sync, and a CUDA graph replays correctly after the caller rewrites it. Schedulers are
-// built after griddepcontrol_wait (bf16_gemm_run), so under PDL they read what the previous kernel
+// built after griddepcontrol_wait (bf16_gemm_run, fp8_gemm_run), so under PDL they read what the previous kernel
 // wrote. Out-of-range group ids read as padding, so a bad layout can never send a load past B.
 //
 // What each unit writes follows the portable kernels (dg_triton/triton/grouped_portable.py) and
@@ -24,9 +25,8 @@
 //   with nothing to write are skipped;
 // - masked: group g's tiles cover rows [0, masked_m[g]) (clamped to [0, max_m]); only those rows
 //   are written; tiles at or past masked_m[g] are not handed out at all.
-// Grouped units never use clusters or split-K. FP8 grouped GEMMs can reuse these schedulers as
-// they are (the FP8 producer's StageExtras receive the unit; a masked FP8 A-scale load would add
-// the group's row offset, unit.a_row).
+// Grouped units never use clusters or split-K. The FP8 kernel's A-scale loads (ScaleTileLoads)
+// take the unit's group and m_block: masked groups' scales sit one after another in K blocks.
 #pragma once
 
 #include "../common/types.cuh"

@@ -238,19 +238,22 @@ def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
 
 
 def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
-                           kind: str = "1d2d", block_n_divides: int | None = None) -> Bf16GemmConfig:
-    """The FP8 kernel's tile: same pipeline and shared-memory plan as the BF16 kernel (a 128-wide
-    FP8 K block is 128 bytes per row, like a 64-wide BF16 one, and runs at twice the rate, so the
-    BF16 cost model applies with K halved), split-K where the tiles leave SMs idle; no clusters
-    (measured no faster, NOTES.md). `block_n_divides`: BLOCK_N must divide it
-    (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns, and never splits K: its
-    split-K store has no column remap). A tuned entry (autotune_configs/sm90/fp8_gemm.json) wins."""
-    if block_n_divides is None:
+                           kind: str = "1d2d", block_n_divides: int | None = None,
+                           block_n_multiple: int = 1) -> Bf16GemmConfig:
+    """The FP8 kernel's tile: the BF16 kernel's pipeline and shared-memory plan plus each stage's
+    scales (fp8_gemm_shared_memory). A 128-wide FP8 K block is 128 bytes per row, like a 64-wide
+    BF16 one, and runs at twice the rate, so the BF16 cost model applies with K halved; split-K
+    where the tiles leave SMs idle; no clusters (measured no faster, NOTES.md). `block_n_divides`:
+    BLOCK_N must divide it (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns, and
+    never splits K: its split-K store has no column remap). `block_n_multiple`:
+    set_block_size_multiple_of's N multiple (block N a multiple of lcm(16, it)). A tuned entry
+    (autotune_configs/sm90/fp8_gemm.json) wins when neither constraint is set."""
+    if block_n_divides is None and block_n_multiple == 1:
         tuned = tuned_fp8_config(kind, m, n, k, out_bytes, num_sms)
         if tuned is not None:
             return tuned
     best = None
-    for block_m, block_n in bf16_gemm_candidates(m, n):
+    for block_m, block_n in bf16_gemm_candidates(m, n, block_n_multiple=block_n_multiple):
         if not fp8_block_n_fits(kind, block_m, block_n) or (block_n_divides and block_n_divides % block_n):
             continue
         tiles = math.ceil(m / block_m) * math.ceil(n / block_n)

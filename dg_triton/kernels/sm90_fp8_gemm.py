@@ -166,7 +166,8 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
     if config is None:
         # Skip-head-mid: a tile must lie inside one head's left or right columns.
         config = choose_fp8_gemm_config(m, n, k, element, num_sms, problem.kind,
-                                        block_n_divides=math.gcd(left, right) or None)
+                                        block_n_divides=math.gcd(left, right) or None,
+                                        block_n_multiple=settings._block_size_multiple_of[1])
     if problem.head_splits and config.num_splits > 1:
         raise reject(function, "config", "no split-K with head_splits (its store has no column remap)",
                      config)

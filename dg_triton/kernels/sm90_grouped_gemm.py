@@ -31,6 +31,7 @@ from dg_triton.jit import tma
 from dg_triton.jit.module import TMA, U32, U64, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
                                               _operand_params, _output_params)
+from dg_triton.kernels.sm90_fp8_gemm import SCALE_GROUP
 from dg_triton.kernels.sm90_fp8_gemm import _operand_params as _fp8_operand_params
 from dg_triton.kernels.sm90_fp8_gemm import _scale_params as _fp8_scale_params
 
@@ -234,7 +235,6 @@ def run_masked(function: str, key: tuple, a: torch.Tensor, b: torch.Tensor, d: t
 # (masked: each group's TMA-aligned block after the previous one), and the 1D2D B scales are read
 # per group from sfb [G, ceil(N/128), ceil(K/128)].
 FP8_KERNEL_SYMBOL = "sm90_m_grouped_fp8_gemm"
-_FP8_SCALE_GROUP = 128
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_al
     masked = layout == MASKED
     config = choose_m_grouped_fp8_config(GROUPED_MASKED if masked else GROUPED_CONTIGUOUS, num_groups,
                                          rows_per_group, rows, n, k, num_sms, mk_alignment)
-    if config is None:
+    if config is None:  # only contiguous layouts can fail here (block M from the mk alignment)
         raise reject(function, "grouped_layout", "an mk alignment divisible by 64 (the SM90 kernel's "
                      "block M)", mk_alignment)
     _, shape_n, shape_k = _compiled_dims(0, n, k, compiled_dims)
@@ -334,9 +334,14 @@ def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_al
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_FP8_PARAM_KINDS,
                         pdl=settings._pdl)
-    k_blocks = -(-k // _FP8_SCALE_GROUP)
+    k_blocks = -(-k // SCALE_GROUP)
     if masked:
-        total_rows, a_row_stride, ld_d = num_groups * rows, a.stride(1), d.stride(1)
+        # The groups stacked as one [G * max_m, .] view: row stride stride(0) / max_m, exact since
+        # the groups are densely packed (validated). stride(1) would be wrong for max_m == 1,
+        # where torch lets that dimension carry any stride (e.g. a transposed [1, G, K]).
+        total_rows = num_groups * rows
+        a_row_stride = a.stride(0) // rows if num_groups > 1 else a.stride(1)
+        ld_d = d.stride(0) // rows if num_groups > 1 else d.stride(1)
         # [G, max_m, K/128] with strides (K/128 * ld, 1, ld): G x K/128 rows of ld floats.
         sfa_params = tma.Tma2dParams(4, rows, num_groups * k_blocks, sfa.stride(2) * 4,
                                      config.block_m, 1, tma.SWIZZLE_NONE)
@@ -369,19 +374,21 @@ def _fp8_launch(plan: _Fp8Plan, a, sfa, b, sfb, d, layout_tensor) -> None:
 
 
 def run_fp8_contiguous(function: str, a, sfa, b, sfb, d, grouped_layout, num_groups: int,
-                       use_psum_layout: bool, mk_alignment: int, compiled_dims: str) -> None:
+                       use_psum_layout: bool, mk_alignment: int, compiled_dims: str,
+                       expected_m: int | None = None) -> None:
     """The contiguous M-grouped FP8 GEMM (1D2D) of a validated, non-empty problem: a fp8 [M, K]
     K-major; sfa fp32 [M, ceil(K/128)] TMA-aligned MN-major (strides (1, align(M, 4))); b fp8
     [G, N, K] contiguous; sfb fp32 [G, ceil(N/128), ceil(K/128)] contiguous; d bf16 [M, N] N-major;
-    grouped_layout int32 [M] (per-row group, -1 padding) or [G] (psum end rows)."""
+    grouped_layout int32 [M] (per-row group, -1 padding) or [G] (psum end rows). expected_m (psum:
+    expected_m_for_psum_layout) sizes the config instead of M / G when given."""
     layout = PSUM if use_psum_layout else INDEX
-    key = _fp8_key(function, layout, a, sfa, b, sfb, d, (mk_alignment, compiled_dims))
+    key = _fp8_key(function, layout, a, sfa, b, sfb, d, (mk_alignment, compiled_dims, expected_m))
     plan = _fp8_plans.get(key)
     if plan is None:
         m, k = a.shape
         n = b.shape[1]
         plan = _fp8_plans[key] = _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, m, n, k,
-                                           mk_alignment, -(-m // num_groups), compiled_dims)
+                                           mk_alignment, expected_m or -(-m // num_groups), compiled_dims)
     _fp8_launch(plan, a, sfa, b, sfb, d, grouped_layout)
 
 
