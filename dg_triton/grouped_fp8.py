@@ -288,7 +288,7 @@ def _contiguous(function, a, b, d, grouped_layout, recipe, recipe_a, recipe_b, c
     mk_alignment = get_mk_alignment_for_contiguous_layout()
     key = _signature(function, (use_psum_layout, ensure_zero_padding, type(expected_m_for_psum_layout),
                                 expected_m_for_psum_layout, compiled_dims, recipe, recipe_a, recipe_b,
-                                disable_ue8m0_cast, mk_alignment),
+                                disable_ue8m0_cast, mk_alignment, settings._plan_settings),
                      (a_data, sfa, b_data, sfb, d, grouped_layout))
     accepted = _lookup(key)
     if accepted is not None:
@@ -306,7 +306,7 @@ def _contiguous(function, a, b, d, grouped_layout, recipe, recipe_a, recipe_b, c
             return
     dispatch.backend(function, device, _SM90)  # the SM90 kernel or NotImplementedError
     sfa, sfb = _kernel_scale_factors(function, sfa, sfb)
-    sm90_grouped_gemm.run_fp8_contiguous(function, a_data, sfa, b_data, sfb, d, grouped_layout,
+    sm90_grouped_gemm.run_fp8_contiguous(function, key, a_data, sfa, b_data, sfb, d, grouped_layout,
                                          b_data.shape[0], use_psum_layout, mk_alignment, compiled_dims,
                                          expected_m_for_psum_layout if use_psum_layout else None)
 
@@ -357,7 +357,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d, masked_m, expected_m: int, recipe=
     a_data, sfa = validation_fp8._pair(function, "a", a)
     b_data, sfb = validation_fp8._pair(function, "b", b)
     key = _signature(function, (type(expected_m), expected_m, compiled_dims, recipe, recipe_a, recipe_b,
-                                disable_ue8m0_cast),
+                                disable_ue8m0_cast, settings._plan_settings),
                      (a_data, sfa, b_data, sfb, d, masked_m))
     accepted = _lookup(key)
     if accepted is not None:
@@ -370,7 +370,8 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d, masked_m, expected_m: int, recipe=
         device = _accept(key, d, a_data.shape[1])[0]
     dispatch.backend(function, device, _SM90)  # the SM90 kernel or NotImplementedError
     sfa, sfb = _kernel_scale_factors(function, sfa, sfb)
-    sm90_grouped_gemm.run_fp8_masked(function, a_data, sfa, b_data, sfb, d, masked_m, expected_m, compiled_dims)
+    sm90_grouped_gemm.run_fp8_masked(function, key, a_data, sfa, b_data, sfb, d, masked_m, expected_m,
+                                     compiled_dims)
 
 
 m_grouped_fp8_gemm_nt_contiguous = m_grouped_fp8_fp4_gemm_nt_contiguous

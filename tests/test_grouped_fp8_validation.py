@@ -113,10 +113,14 @@ def kernel_runs(monkeypatch):
     """Dispatch answers SM90 and the kernel layer records its calls."""
     runs = []
     monkeypatch.setattr(dispatch, "backend", lambda function, device, available: dispatch.SM90)
-    monkeypatch.setattr(sm90_grouped_gemm, "run_fp8_contiguous",
-                        lambda *args: runs.append(("contiguous", args)), raising=False)
-    monkeypatch.setattr(sm90_grouped_gemm, "run_fp8_masked",
-                        lambda *args: runs.append(("masked", args)), raising=False)
+    def record(kind):
+        def run(function, key, *args):
+            # The plan key is the call's signature: the function first, then all it depends on.
+            assert isinstance(key, tuple) and key[0] == function, key
+            runs.append((kind, (function, *args)))
+        return run
+    monkeypatch.setattr(sm90_grouped_gemm, "run_fp8_contiguous", record("contiguous"), raising=False)
+    monkeypatch.setattr(sm90_grouped_gemm, "run_fp8_masked", record("masked"), raising=False)
     return runs
 
 

@@ -148,15 +148,20 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
 
 
 @functools.cache
-def _tuned_table() -> dict:
+def _load_tuned_table(family: str) -> dict:
+    """autotune_configs/sm90/<family>.json as {key tuple: config}, or {} without the file."""
     try:
-        path = autotune_configs_dir() / "sm90" / "bf16_gemm.json"
+        path = autotune_configs_dir() / "sm90" / f"{family}.json"
     except FileNotFoundError:
         return {}
     if not path.is_file():
         return {}
     entries = json.loads(path.read_text())["entries"]
     return {tuple(e["key"]): e["config"] for e in entries}
+
+
+def _tuned_table() -> dict:
+    return _load_tuned_table("bf16_gemm")
 
 
 def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | None:
@@ -273,21 +278,9 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     return best[1]
 
 
-@functools.cache
-def _tuned_fp8_table() -> dict:
-    try:
-        path = autotune_configs_dir() / "sm90" / "fp8_gemm.json"
-    except FileNotFoundError:
-        return {}
-    if not path.is_file():
-        return {}
-    entries = json.loads(path.read_text())["entries"]
-    return {tuple(e["key"]): e["config"] for e in entries}
-
-
 def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None:
     """A measured winner for exactly this problem (bench_gemm.py --family fp8_gemm --sweep)."""
-    entry = _tuned_fp8_table().get((kind, m, n, k, out_bytes, num_sms))
+    entry = _load_tuned_table("fp8_gemm").get((kind, m, n, k, out_bytes, num_sms))
     if entry is None:
         return None
     return make_fp8_config(kind, m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,

@@ -15,12 +15,11 @@ import torch
 from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.errors import reject
-from dg_triton.heuristics.sm90 import (Bf16GemmConfig, choose_fp8_gemm_config,
-                                       epilogue_swizzle_bytes, fp8_gemm_shared_memory)
+from dg_triton.heuristics.sm90 import Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
-                                              split_k_arguments)
+                                              _output_params, split_k_arguments)
 
 KERNEL_SYMBOL = "sm90_fp8_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -123,12 +122,6 @@ def _operand_params(rows: int, k: int, row_stride: int, block_rows: int,
     row_bytes = row_stride if rows > 1 else -(-k // 16) * 16
     return tma.Tma2dParams(1, k, rows, row_bytes, SCALE_GROUP, block_rows // multicast,
                            tma.SWIZZLE_128B)
-
-
-def _output_params(m: int, width: int, row_stride: int, element: int, block_n: int) -> tma.Tma2dParams:
-    row_bytes = row_stride * element if m > 1 else -(-width * element // 16) * 16
-    swizzle = epilogue_swizzle_bytes(block_n, element)
-    return tma.Tma2dParams(element, width, m, row_bytes, swizzle // element, 64, swizzle)
 
 
 def _scale_params(mn: int, k: int, ld: int, block: int) -> tma.Tma2dParams:

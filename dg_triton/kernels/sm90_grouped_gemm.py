@@ -41,6 +41,18 @@ INDEX, PSUM, MASKED = "index", "psum", "masked"
 _BLOCK_K = 64
 
 
+def _scheduler_source(layout: str, c: Bf16GemmConfig, b_k_major: str, zero_gaps: str) -> tuple[str, str]:
+    """The grouped scheduler's C++ type and constructor arguments (names of the kernel's
+    parameters and locals) for a layout; `zero_gaps`: the expression for the psum gap rule."""
+    if layout == MASKED:
+        return (f"dg::sm90::MaskedGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, {b_k_major}>",
+                "layout, num_groups, shape_m, n, k, num_k_blocks")
+    psum = "true" if layout == PSUM else "false"
+    return (f"dg::sm90::ContiguousGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
+            f"{b_k_major}, {psum}>",
+            f"layout, num_groups, shape_m, n, k, num_k_blocks, mk_alignment, {zero_gaps}")
+
+
 @dataclass(frozen=True)
 class GroupedGemmKernelSpec:
     """Everything compiled into one grouped kernel binary (D is bf16, A K-major)."""
@@ -64,15 +76,7 @@ class GroupedGemmKernelSpec:
     def source(self) -> str:
         c = self.config
         b_k_major = "true" if self.b_k_major else "false"
-        if self.layout == MASKED:
-            scheduler = (f"dg::sm90::MaskedGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
-                         f"{b_k_major}>")
-            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks"
-        else:
-            psum = "true" if self.layout == PSUM else "false"
-            scheduler = (f"dg::sm90::ContiguousGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
-                         f"{b_k_major}, {psum}>")
-            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks, mk_alignment, zero_gaps"
+        scheduler, scheduler_args = _scheduler_source(self.layout, c, b_k_major, "zero_gaps")
         return f'''// {self.name}
 #include "sm90/bf16_gemm.cuh"
 #include "sm90/scheduler_grouped.cuh"
@@ -257,14 +261,7 @@ class GroupedFp8GemmKernelSpec:
 
     def source(self) -> str:
         c = self.config
-        if self.layout == MASKED:
-            scheduler = f"dg::sm90::MaskedGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, true>"
-            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks"
-        else:
-            psum = "true" if self.layout == PSUM else "false"
-            scheduler = (f"dg::sm90::ContiguousGroupedScheduler<{c.block_m}, {c.block_n}, {c.group_m}, "
-                         f"true, {psum}>")
-            scheduler_args = "layout, num_groups, shape_m, n, k, num_k_blocks, mk_alignment, 0"
+        scheduler, scheduler_args = _scheduler_source(self.layout, c, "true", "0")
         return f'''// {self.name}
 #include "sm90/fp8_gemm.cuh"
 
@@ -360,11 +357,6 @@ def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_al
 _fp8_plans: dict = {}
 
 
-def _fp8_key(function, layout, a, sfa, b, sfb, d, extra):
-    return (function, layout, a.shape, a.stride(), sfa.shape, sfa.stride(), b.shape, b.stride(),
-            sfb.stride(), d.shape, d.stride(), d.device.index, extra, settings._plan_settings)
-
-
 def _fp8_launch(plan: _Fp8Plan, a, sfa, b, sfb, d, layout_tensor) -> None:
     d_ptr = d.data_ptr()
     plan.launcher(_current_stream(plan.device_index),
@@ -373,18 +365,19 @@ def _fp8_launch(plan: _Fp8Plan, a, sfa, b, sfb, d, layout_tensor) -> None:
                   *plan.scalars, layout_tensor.data_ptr(), sfb.data_ptr(), d_ptr)
 
 
-def run_fp8_contiguous(function: str, a, sfa, b, sfb, d, grouped_layout, num_groups: int,
+def run_fp8_contiguous(function: str, key: tuple, a, sfa, b, sfb, d, grouped_layout, num_groups: int,
                        use_psum_layout: bool, mk_alignment: int, compiled_dims: str,
                        expected_m: int | None = None) -> None:
     """The contiguous M-grouped FP8 GEMM (1D2D) of a validated, non-empty problem: a fp8 [M, K]
     K-major; sfa fp32 [M, ceil(K/128)] TMA-aligned MN-major (strides (1, align(M, 4))); b fp8
     [G, N, K] contiguous; sfb fp32 [G, ceil(N/128), ceil(K/128)] contiguous; d bf16 [M, N] N-major;
     grouped_layout int32 [M] (per-row group, -1 padding) or [G] (psum end rows). expected_m (psum:
-    expected_m_for_psum_layout) sizes the config instead of M / G when given."""
-    layout = PSUM if use_psum_layout else INDEX
-    key = _fp8_key(function, layout, a, sfa, b, sfb, d, (mk_alignment, compiled_dims, expected_m))
+    expected_m_for_psum_layout) sizes the config instead of M / G when given. `key`: the call's
+    signature (grouped_fp8.py; it holds everything the plan depends on, the caller's scale-factor
+    layouts included, which fix the ones passed here), keys the plan, as for the BF16 kernels."""
     plan = _fp8_plans.get(key)
     if plan is None:
+        layout = PSUM if use_psum_layout else INDEX
         m, k = a.shape
         n = b.shape[1]
         plan = _fp8_plans[key] = _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, m, n, k,
@@ -392,13 +385,13 @@ def run_fp8_contiguous(function: str, a, sfa, b, sfb, d, grouped_layout, num_gro
     _fp8_launch(plan, a, sfa, b, sfb, d, grouped_layout)
 
 
-def run_fp8_masked(function: str, a, sfa, b, sfb, d, masked_m, expected_m: int,
+def run_fp8_masked(function: str, key: tuple, a, sfa, b, sfb, d, masked_m, expected_m: int,
                    compiled_dims: str) -> None:
     """The masked M-grouped FP8 GEMM (1D2D) of a validated problem: a fp8 [G, max_m, K] K-major
     with densely packed groups; sfa fp32 [G, max_m, ceil(K/128)] with strides
     (ceil(K/128) * align(max_m, 4), 1, align(max_m, 4)); b, sfb as run_fp8_contiguous; d bf16
-    [G, max_m, N] N-major, densely packed groups; masked_m int32 [G] on the device."""
-    key = _fp8_key(function, MASKED, a, sfa, b, sfb, d, (expected_m, compiled_dims))
+    [G, max_m, N] N-major, densely packed groups; masked_m int32 [G] on the device; `key` as for
+    run_fp8_contiguous."""
     plan = _fp8_plans.get(key)
     if plan is None:
         num_groups, max_m, k = a.shape
