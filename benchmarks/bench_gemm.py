@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import dg_triton  # noqa: E402
-from dg_triton import testing, validation  # noqa: E402
+from dg_triton import portable, testing, validation  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 
@@ -74,6 +74,12 @@ def check(fn, d: torch.Tensor, ref: torch.Tensor, threshold: float = 1e-5) -> fl
     if not diff < threshold:
         raise AssertionError(f"calc_diff {diff:.3g} >= {threshold}")
     return diff
+
+
+def _portable_config_name(family, m, n, k) -> str:
+    """The config the portable path ran (tuned entry or default), as 'portable <name>'."""
+    config = portable.choose_config(family, m, n, k, torch.device("cuda", torch.cuda.current_device()))
+    return f"portable {portable.config_name(config)}"
 
 
 def tflops(m, n, k, us):
@@ -140,7 +146,7 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                  if kk[0][:3] == (m, n, k) and kk[0][6][0] == out_dtype and kk[4] is None), None)
     cfg = plan.spec.config if plan else None
     table.append((m, n, k, str(out_dtype).replace("torch.", ""),
-                  "portable" if cfg is None else
+                  _portable_config_name(portable.BF16_GEMM, m, n, k) if cfg is None else
                   f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else "")
                   + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else "")
                   + (f"cm{cfg.cluster_m}" if cfg.cluster_m > 1 else ""),
@@ -289,7 +295,8 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
     from dg_triton.kernels import sm90_fp8_gemm
     plan = next((p for key, p in sm90_fp8_gemm._plans.items()
                  if key[0][:4] == (m, n, k, kind) and key[4] is None), None)
-    row["ours"]["config"] = plan.spec.name if plan else "portable"
+    row["ours"]["config"] = plan.spec.name if plan else _portable_config_name(
+        portable.FP8_GEMM_1D2D if kind == "1d2d" else portable.FP8_GEMM_1D1D, m, n, k)
     rows.append(row)
     table.append((kind, group, m, n, k, us, tflops(m, n, k, us), baseline, base_us, anchor_us,
                   row["ours"]["config"]))

@@ -34,6 +34,8 @@ FAMILIES = (BF16_GEMM, FP8_GEMM_1D2D, FP8_GEMM_1D1D)
 _FP8_FAMILIES = (FP8_GEMM_1D2D, FP8_GEMM_1D1D)
 # The FP8 kernels step K by the scale-factor granularity.
 FP8_BLOCK_K = 128
+# More K slices than this only add partial planes to sum: the decode shapes fill the GPU before.
+MAX_SPLIT_K = 32
 
 
 class PortableGemmConfig(NamedTuple):
@@ -43,6 +45,15 @@ class PortableGemmConfig(NamedTuple):
     group_m: int
     num_warps: int
     num_stages: int
+    # K slices computed by separate programs and summed by a second kernel (split-K), for
+    # problems with too few output tiles to fill the GPU (decode M); 1 = no split.
+    split_k: int = 1
+
+
+def config_name(config: PortableGemmConfig) -> str:
+    """A short readable name: 64x128x128w4s3 (block M x N x K, warps, stages), +k4 for split-K."""
+    name = f"{config.block_m}x{config.block_n}x{config.block_k}w{config.num_warps}s{config.num_stages}"
+    return name + (f"k{config.split_k}" if config.split_k > 1 else "")
 
 
 def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8) -> PortableGemmConfig:
@@ -111,10 +122,11 @@ def arch_name(capability: tuple[int, int]) -> str:
 
 def check_config(family: str, config: PortableGemmConfig, where: str = "config") -> PortableGemmConfig:
     """ValueError naming `where` unless the config can compile: power-of-two blocks of at least
-    16 (tl.dot's minimum), FP8 block_k 128, 1-16 warps (a power of two), at least one stage."""
+    16 (tl.dot's minimum), FP8 block_k 128, 1-16 warps (a power of two), at least one stage,
+    1 to MAX_SPLIT_K K slices."""
     if family not in FAMILIES:
         raise ValueError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
-    for name in ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages"):
+    for name in PortableGemmConfig._fields:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
@@ -127,6 +139,8 @@ def check_config(family: str, config: PortableGemmConfig, where: str = "config")
                          f"granularity), got {config.block_k}")
     if config.num_warps > 16 or config.num_warps & (config.num_warps - 1):
         raise ValueError(f"{where}: num_warps must be a power of two <= 16, got {config.num_warps}")
+    if config.split_k > MAX_SPLIT_K:
+        raise ValueError(f"{where}: split_k must be at most {MAX_SPLIT_K}, got {config.split_k}")
     return config
 
 

@@ -3,14 +3,18 @@ configs on the current GPU and write the winners to ``autotune_configs/<arch>/<f
 (format in dg_triton/portable.py), which the portable path then reads (nearest bucket).
 
 Families: ``bf16_gemm`` (A, B K-major, bf16 D), ``fp8_gemm_1d2d`` (bf16 D), ``fp8_gemm_1d1d``
-(fp32 D, accumulating). Default shapes: the dense forward shapes of API.md 8 (M in {1, 128, 4096}
-x the seven DeepSeek-V3 (N, K)). Each candidate is timed from a CUDA graph (testing.bench_graph);
-candidates that fail to compile (shared memory, registers) are skipped; the winner of each shape
-is checked against the reference before it is written. Entries already in the file for other
-shapes are kept. Needs a CUDA GPU.
+(fp32 D, accumulating). Default shapes (API.md 8): the dense forward shapes (M in {1, 64, 128,
+4096} x the seven DeepSeek-V3 (N, K)) for bf16_gemm and fp8_gemm_1d2d, the weight-gradient shapes
+(M = N of the forward, N = 4096, K = K of the forward) for fp8_gemm_1d1d, the recipe wgrad uses.
+Each candidate is timed from a CUDA graph (testing.bench_graph); candidates that fail to compile
+(shared memory, registers) or spill registers are skipped; the winner of each shape is checked
+against the reference before it is written. The file is rewritten after every shape, so an
+interrupted sweep keeps what it measured; entries already in the file for other shapes are kept.
+Needs a CUDA GPU.
 """
 import argparse
 import itertools
+import json
 import sys
 import time
 
@@ -19,10 +23,17 @@ import torch
 from dg_triton import portable
 from dg_triton.portable import PortableGemmConfig
 
-DEFAULT_M = (1, 128, 4096)
+FORWARD_M = (1, 64, 128, 4096)
 DEFAULT_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
               (7168, 2048))
+WGRAD_N = 4096
 _THRESHOLD = {portable.BF16_GEMM: 1e-5, portable.FP8_GEMM_1D2D: 1e-3, portable.FP8_GEMM_1D1D: 1e-3}
+
+
+def default_shapes(family: str) -> list[tuple[int, int, int]]:
+    if family == portable.FP8_GEMM_1D1D:
+        return [(n, WGRAD_N, k) for n, k in DEFAULT_NK]
+    return [(m, n, k) for m in FORWARD_M for n, k in DEFAULT_NK]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -35,28 +46,42 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def candidates(family: str, m: int, shared_memory_bytes: int) -> list[PortableGemmConfig]:
-    """Configs worth timing at M = m: narrow (16-row) tiles only for decode-sized M, wide ones only
-    where M fills them; operand stages that fit in shared memory."""
+def _tiles(m: int, fp8: bool):
+    """(block_m, block_n, num_warps) worth timing at M = m: narrow 16-row tiles (mma.sync) only
+    for decode-sized M; 64-row tiles on one warpgroup (two for 256 columns), 128-row ones on two;
+    256-row BF16 tiles where M fills them (FP8 keeps two FP32 tiles live, the sum and the block's
+    partial, which spills beyond 128 x 128 per two warpgroups)."""
+    if m <= 32:
+        return [(block_m, block_n, 4) for block_m in (16, 64) for block_n in (32, 64, 128)]
+    tiles = [(64, 32, 4), (64, 64, 4), (64, 128, 4), (64, 256, 8), (128, 64, 8), (128, 128, 8)]
+    if not fp8:
+        tiles += [(128, 256, 8)] + ([(256, 128, 8)] if m > 256 else [])
+    return tiles
+
+
+def candidates(family: str, m: int, k: int, shared_memory_bytes: int) -> list[PortableGemmConfig]:
+    """Configs worth timing for M = m, K = k: tiles by M (_tiles), pipelines of 3-4 stages (deeper
+    for decode tiles, which wait on memory) that fit in shared memory, and split-K for M <= 256,
+    where the output tiles alone do not fill the GPU, as long as each slice keeps 2+ K blocks."""
     fp8 = family != portable.BF16_GEMM
-    block_ms = [16, 32, 64] if m <= 32 else [64, 128] if m <= 256 else [64, 128, 256]
     block_ks = [portable.FP8_BLOCK_K] if fp8 else [64, 128]
+    stages = (3, 4, 6) if m <= 32 else (3, 4)
     configs = []
-    # Kept small so that a family's sweep over the 21 default shapes stays within minutes: the
-    # binaries are shared across shapes, so the cost is ~one compile per config plus the timings.
-    for block_m, block_n, block_k, num_warps, num_stages, group_m in itertools.product(
-            block_ms, [64, 128, 256], block_ks, [4, 8], [3, 4], [8]):
+    for (block_m, block_n, num_warps), block_k, num_stages in itertools.product(_tiles(m, fp8), block_ks, stages):
         stage_bytes = (block_m + block_n) * block_k * (1 if fp8 else 2)
         if stage_bytes * num_stages > shared_memory_bytes - 8 * 1024:
             continue
-        if block_m * block_n // (num_warps * 32) > 256:  # an accumulator beyond the register file
-            continue
-        configs.append(PortableGemmConfig(block_m, block_n, block_k, group_m, num_warps, num_stages))
+        k_blocks = -(-k // block_k)
+        for split_k in (1, 2, 4, 8, 16) if m <= 256 else (1,):
+            if split_k > 1 and k_blocks < 2 * split_k:
+                break
+            configs.append(PortableGemmConfig(block_m, block_n, block_k, 8, num_warps, num_stages, split_k))
     return configs
 
 
 def _problem(family: str, m: int, n: int, k: int):
-    """(run(config), check(): calc_diff of the last run against the reference)."""
+    """(run(config) -> the compiled GEMM kernel, check(): calc_diff of the last run against the
+    reference)."""
     import dg_triton
     from dg_triton import reference_fp8
     from dg_triton.testing import calc_diff
@@ -69,7 +94,7 @@ def _problem(family: str, m: int, n: int, k: int):
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
 
         def run(config):
-            gemm_portable.bf16_gemm("tune", a, b, d, False, config)
+            return gemm_portable.bf16_gemm("tune", a, b, d, False, config)
 
         return run, lambda: calc_diff(d.float(), a.float() @ b.float().T)
     per_token_b = family == portable.FP8_GEMM_1D1D
@@ -82,7 +107,7 @@ def _problem(family: str, m: int, n: int, k: int):
     d = torch.zeros(m, n, device="cuda", dtype=torch.float32 if per_token_b else torch.bfloat16)
 
     def run(config):
-        gemm_portable.fp8_gemm("tune", a_fp8[0], sfa, b_fp8[0], sfb, d, kind, False, config=config)
+        return gemm_portable.fp8_gemm("tune", a_fp8[0], sfa, b_fp8[0], sfb, d, kind, False, config=config)
 
     recipe = (1, 1, 128) if per_token_b else None
     return run, lambda: calc_diff(d.float(), reference_fp8.fp8_gemm_reference(a_fp8, b_fp8, d, None, recipe).float())
@@ -103,9 +128,14 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
     from dg_triton.testing import bench_graph
 
     device = torch.device("cuda", torch.cuda.current_device())
-    capability = portable.device_capability(device)
+    arch = portable.arch_name(portable.device_capability(device))
+    path = portable.tuned_file_path(arch, family, out_root)
+    measured = {tuple(shape) for shape in shapes}
+    kept = []
+    if path.is_file():
+        kept = [e for e in json.loads(path.read_text())["entries"] if (e["m"], e["n"], e["k"]) not in measured]
     shared_memory = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-    plans = [(shape, candidates(family, shape[0], shared_memory)) for shape in shapes]
+    plans = [(shape, candidates(family, shape[0], shape[2], shared_memory)) for shape in shapes]
     total = sum(len(configs) for _, configs in plans)
     done, started = 0, time.perf_counter()
     entries, skipped = [], []
@@ -116,6 +146,10 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
             _progress(done, total, f"{m}x{n}x{k} {tuple(config)}", started)
             done += 1
             try:
+                compiled = run(config)
+                if compiled.n_spills:  # not a candidate: the compile tests hold every shipped config to no spills
+                    skipped.append(f"{m}x{n}x{k} {tuple(config)}: {compiled.n_spills} spilled registers")
+                    continue
                 microseconds = bench_graph(lambda config=config, run=run: run(config), warmup_ms=5,
                                            rep_ms=rep_ms)
             except (OutOfResources, CompilationError) as error:  # too big for this GPU: not a candidate
@@ -133,37 +167,28 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
             raise RuntimeError(f"{family} {m}x{n}x{k}: the winner {best[1]} gives calc_diff {diff:.3g}")
         entries.append({"m": m, "n": n, "k": k, "config": best[1], "time_us": round(best[0], 2),
                         "tflops": round(2 * m * n * k / best[0] / 1e6, 1)})
+        document = portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
+        portable.write_tuned_file(path, document)
     _progress(done, total, "done", started)
     print(file=sys.stderr)
-
-    arch = portable.arch_name(capability)
-    path = portable.tuned_file_path(arch, family, out_root)
-    measured = {(e["m"], e["n"], e["k"]) for e in entries}
-    kept = []
-    if path.is_file():
-        import json
-        kept = [e for e in json.loads(path.read_text())["entries"] if (e["m"], e["n"], e["k"]) not in measured]
-    document = portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
-    portable.write_tuned_file(path, document)
     portable.clear_caches()
-    print(f"wrote {len(entries)} entries ({len(kept)} kept) to {path}; {len(skipped)} candidates did not "
-          f"fit this GPU", file=sys.stderr)
-    return document
+    print(f"wrote {len(entries)} entries ({len(kept)} kept) to {path} in {time.perf_counter() - started:.0f} s; "
+          f"{len(skipped)} candidates skipped (did not fit this GPU or spilled)", file=sys.stderr)
+    return portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dg_triton.tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("family", choices=portable.FAMILIES)
     parser.add_argument("--shapes", nargs="+", type=parse_shape, metavar="MxNxK",
-                        help="problem sizes (default: API.md 8 dense forward shapes)")
+                        help="problem sizes (default: the API.md 8 dense shapes of the family)")
     parser.add_argument("--out", default=None, help="root folder instead of the package's autotune_configs/")
     parser.add_argument("--rep-ms", type=float, default=20, help="timing per candidate (ms of replays)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("dg_triton.tune: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    shapes = args.shapes or [(m, n, k) for m in DEFAULT_M for n, k in DEFAULT_NK]
-    sweep(args.family, shapes, args.out, args.rep_ms)
+    sweep(args.family, args.shapes or default_shapes(args.family), args.out, args.rep_ms)
     return 0
 
 

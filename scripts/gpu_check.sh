@@ -3,11 +3,15 @@
 # Installs what the machine lacks from local wheels (.whl/, if present), runs the GPU tests, then
 # the benchmarks, and prints a short table last.
 #   bash scripts/gpu_check.sh [--sweep] [--skip-tests] [--skip-bench] [--portable]
-#                             [--tests=PATTERN] [--bench=LIST]
+#                             [--tests=PATTERN] [--bench=LIST] [--tune=FAMILIES]
 # --portable   also time the portable Triton GEMMs (DG_BACKEND=triton) on the same shapes.
+# --tune=FAMS  first sweep the portable GEMM families, comma-separated (bf16_gemm,fp8_gemm_1d2d,
+#              fp8_gemm_1d1d; python -m dg_triton.tune), writing autotune_configs/sm90/*_portable.json
+#              (copied into the logs); the portable benchmarks then read them.
 # --tests=PATS only the GPU test files whose name contains one of PATS, comma-separated (fp8,swiglu).
-# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu (default all
-#              but ncu: an Nsight Compute counter profile of the FP8 GEMM, benchmarks/ncu_fp8.py).
+# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu,probe_portable
+#              (default all but ncu, an Nsight Compute counter profile of the FP8 GEMM, benchmarks/ncu_fp8.py,
+#              and probe_portable, benchmarks/probe_portable.py).
 # FP8_BENCH_ARGS extra arguments for bench_gemm.py --family fp8_gemm (e.g. "--sweep --sweep-ms 4096").
 # SKIP_MAIN=1 skips `python -m dg_triton` (for a second invocation in the same run).
 # Every stage runs under a time limit (STAGE_TIMEOUT seconds, default 300) so that a hang cannot
@@ -25,7 +29,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export DG_JIT_CACHE_DIR="${DG_JIT_CACHE_DIR:-$PWD/.jitcache}"
 limit="${STAGE_TIMEOUT:-300}"
-sweep="" tests=1 bench=1 portable=0 test_pattern="" bench_list="host,prologue,fp8,bf16,grouped"
+sweep="" tests=1 bench=1 portable=0 test_pattern="" bench_list="host,prologue,fp8,bf16,grouped" tune=""
 for arg in "$@"; do
     case "$arg" in
         --sweep) sweep="--sweep" ;;
@@ -34,6 +38,7 @@ for arg in "$@"; do
         --portable) portable=1 ;;
         --tests=*) test_pattern="${arg#--tests=}" ;;
         --bench=*) bench_list="${arg#--bench=}" ;;
+        --tune=*) tune="${arg#--tune=}" ;;
     esac
 done
 snapshot() {
@@ -62,6 +67,11 @@ wants() { [[ ",$bench_list," == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv,noheader \
     | tee "$LOGS/gpu.txt"
 [ -n "${SKIP_MAIN:-}" ] || run_stage "python -m dg_triton" "$LOGS/main.txt" 5 python3 -m dg_triton
+for family in ${tune//,/ }; do
+    run_stage "tune $family" "$LOGS/tune_$family.txt" 3 python3 -m dg_triton.tune "$family"
+    cp autotune_configs/sm90/"$family"_portable.json "$LOGS/" 2>/dev/null
+    snapshot
+done
 if [ "$tests" = 1 ]; then
     # One pytest process per file, failures listed (-rf): a file that fails or runs out of GPU
     # memory cannot hide another's result. -n 8 for the GEMM tests, which compile many kernel

@@ -44,35 +44,57 @@ def _compile(fn, signature: dict, constexprs: dict, divisible: tuple, arch: int,
                           options={"num_warps": config.num_warps, "num_stages": config.num_stages})
 
 
-def _bf16_kernel(arch: int, config, a_k_major: bool, b_k_major: bool, out: str, accumulate: bool):
-    signature = {"a_ptr": "*bf16", "b_ptr": "*bf16", "d_ptr": f"*{out}", "m": "i32", "n": "i32", "k": "i32",
+def _operand_descriptor_type(dtype: str, k_major: bool, block_rows: int, block_k: int) -> str:
+    """The signature type of a TMA descriptor argument, in the orientation the launcher builds."""
+    block = (block_rows, block_k) if k_major else (block_k, block_rows)
+    return f"tensordesc<{dtype}[{block[0]}, {block[1]}]>"
+
+
+def _bf16_kernel(arch: int, config, a_k_major: bool, b_k_major: bool, out: str, accumulate: bool,
+                 split: bool = False):
+    # SM90 / SM100 launches take the TMA operand path, SM80 the pointer one (gemm_portable).
+    tma = arch >= 90
+    signature = {"a_ptr": "*bf16", "b_ptr": "*bf16", "d_ptr": f"*{out}", "ws_ptr": "*fp32",
+                 "a_desc": _operand_descriptor_type("bf16", a_k_major, config.block_m, config.block_k)
+                 if tma else "*bf16",
+                 "b_desc": _operand_descriptor_type("bf16", b_k_major, config.block_n, config.block_k)
+                 if tma else "*bf16",
+                 "m": "i32", "n": "i32", "k": "i32", "k_blocks_per_split": "i32",
                  "stride_am": "i32", "stride_ak": "i32", "stride_bn": "i32", "stride_bk": "i32",
                  "stride_dm": "i32", "ACCUMULATE": "constexpr", "EVEN_K": "constexpr",
-                 "DOT_IN_FP32": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-                 "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+                 "DOT_IN_FP32": "constexpr", "USE_TMA": "constexpr", "A_K_MAJOR": "constexpr",
+                 "B_K_MAJOR": "constexpr", "SPLIT": "constexpr", "BLOCK_M": "constexpr",
+                 "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
     # The unit stride of each operand is a constant in a real launch (Triton specializes 1).
     unit = {"stride_ak" if a_k_major else "stride_am": 1, "stride_bk" if b_k_major else "stride_bn": 1}
     for name in unit:
         signature[name] = "constexpr"
-    constexprs = {**unit, "ACCUMULATE": accumulate, "EVEN_K": True, "DOT_IN_FP32": False,
+    constexprs = {**unit, "ACCUMULATE": accumulate, "EVEN_K": True, "DOT_IN_FP32": False, "USE_TMA": tma,
+                  "A_K_MAJOR": a_k_major, "B_K_MAJOR": b_k_major, "SPLIT": split,
                   "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
                   "GROUP_M": config.group_m}
-    divisible = ("a_ptr", "b_ptr", "d_ptr", "m", "n", "k", "stride_dm",
+    divisible = ("a_ptr", "b_ptr", "d_ptr", "ws_ptr", "m", "n", "k", "stride_dm",
                  *(s for s in ("stride_am", "stride_ak", "stride_bn", "stride_bk") if s not in unit))
     return _compile(gemm_portable._bf16_gemm_kernel, signature, constexprs, divisible, arch, config)
 
 
-def _fp8_kernel(arch: int, config, kind: str, out: str, accumulate: bool, skip_head_mid: bool = False):
+def _fp8_kernel(arch: int, config, kind: str, out: str, accumulate: bool, skip_head_mid: bool = False,
+                split: bool = False):
     as_bits = arch < 89
+    tma = arch >= 90
     data = "*u8" if as_bits else "*fp8e4nv"
     signature = {"a_ptr": data, "sfa_ptr": "*fp32", "b_ptr": data, "sfb_ptr": "*fp32", "d_ptr": f"*{out}",
-                 "m": "i32", "n": "i32", "k": "i32", "stride_am": "i32", "stride_ak": "constexpr",
+                 "ws_ptr": "*fp32",
+                 "a_desc": _operand_descriptor_type("fp8e4nv", True, config.block_m, 128) if tma else data,
+                 "b_desc": _operand_descriptor_type("fp8e4nv", True, config.block_n, 128) if tma else data,
+                 "m": "i32", "n": "i32", "k": "i32", "k_blocks_per_split": "i32",
+                 "stride_am": "i32", "stride_ak": "constexpr",
                  "stride_bn": "i32", "stride_bk": "constexpr", "stride_dm": "i32",
                  "stride_sfa_m": "constexpr", "stride_sfa_k": "i32", "stride_sfb_n": "i32",
                  "stride_sfb_k": "i32", "head_left": "i32", "head_mid": "i32", "head_right": "i32",
                  "SFB_PER_BLOCK": "constexpr", "ACCUMULATE": "constexpr", "SKIP_HEAD_MID": "constexpr",
-                 "FP8_AS_BITS": "constexpr", "DOT_IN_FP32": "constexpr", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "GROUP_M": "constexpr"}
+                 "FP8_AS_BITS": "constexpr", "DOT_IN_FP32": "constexpr", "USE_TMA": "constexpr",
+                 "SPLIT": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "GROUP_M": "constexpr"}
     # K-major data; sfa TMA-aligned MN-major (unit row stride); sfb row-major per block (unit K
     # stride) for 1D2D, MN-major like sfa for 1D1D.
     unit = {"stride_ak": 1, "stride_bk": 1, "stride_sfa_m": 1}
@@ -84,8 +106,9 @@ def _fp8_kernel(arch: int, config, kind: str, out: str, accumulate: bool, skip_h
         signature[name] = "constexpr"
     constexprs = {**unit, "SFB_PER_BLOCK": kind == "1d2d", "ACCUMULATE": accumulate,
                   "SKIP_HEAD_MID": skip_head_mid, "FP8_AS_BITS": as_bits, "DOT_IN_FP32": False,
+                  "USE_TMA": tma, "SPLIT": split,
                   "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}
-    divisible = ("a_ptr", "sfa_ptr", "b_ptr", "sfb_ptr", "d_ptr", "k", "stride_am", "stride_bn",
+    divisible = ("a_ptr", "sfa_ptr", "b_ptr", "sfb_ptr", "d_ptr", "ws_ptr", "k", "stride_am", "stride_bn",
                  "stride_dm", "stride_sfa_k", *(s for s in ("stride_sfb_n", "stride_sfb_k") if s not in unit))
     return _compile(gemm_portable._fp8_gemm_kernel, signature, constexprs, divisible, arch, config)
 

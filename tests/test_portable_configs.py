@@ -105,11 +105,36 @@ def test_defaults_are_valid_and_fit_in_shared_memory(family, capability, shared_
 
 @pytest.mark.parametrize("family", portable.FAMILIES)
 def test_sweep_candidates_are_valid_and_fit(family):
-    for m in (1, 128, 4096):
-        configs = tune.candidates(family, m, 227 * 1024)
-        assert configs and len(configs) <= 72
+    element = 2 if family == portable.BF16_GEMM else 1
+    for m, k in ((1, 7168), (128, 512), (128, 16384), (4096, 7168)):
+        configs = tune.candidates(family, m, k, 227 * 1024)
+        # A family's sweep over its default shapes must stay within minutes (issue 6: < 10).
+        assert configs and len(configs) <= 180
         for config in configs:
             portable.check_config(family, config)
+            stage_bytes = (config.block_m + config.block_n) * config.block_k * element
+            assert config.num_stages * stage_bytes <= 227 * 1024
+            # split-K only where the output tiles are few, and every slice keeps 2+ K blocks
+            assert config.split_k == 1 or (m <= 256 and k // config.block_k >= 2 * config.split_k)
+        assert (m <= 256) == any(config.split_k > 1 for config in configs)
+
+
+def test_default_shapes_are_the_api_shapes():
+    assert len(tune.default_shapes(portable.BF16_GEMM)) == 28
+    assert (64, 2112, 7168) in tune.default_shapes(portable.FP8_GEMM_1D2D)
+    assert (2112, 4096, 7168) in tune.default_shapes(portable.FP8_GEMM_1D1D)
+
+
+def test_config_name():
+    assert portable.config_name(PortableGemmConfig(64, 128, 128, 8, 4, 3)) == "64x128x128w4s3"
+    assert portable.config_name(PortableGemmConfig(64, 128, 128, 8, 4, 3, 4)) == "64x128x128w4s3k4"
+
+
+def test_split_k_is_checked():
+    portable.check_config(portable.BF16_GEMM, PortableGemmConfig(64, 128, 64, 8, 4, 3, portable.MAX_SPLIT_K))
+    for bad in (0, portable.MAX_SPLIT_K + 1):
+        with pytest.raises(ValueError, match="split_k"):
+            portable.check_config(portable.BF16_GEMM, PortableGemmConfig(64, 128, 64, 8, 4, 3, bad))
 
 
 def test_shape_argument():

@@ -57,6 +57,19 @@ def _check(d, expected, threshold, what):
     assert diff < threshold, f"{what}: calc_diff {diff:.3g} >= {threshold}"
 
 
+def _record_descriptors(monkeypatch) -> list:
+    """The TMA descriptors the launchers build from now on (None where an operand broke TMA's rules)."""
+    built = []
+
+    def record(*args):
+        built.append(build(*args))
+        return built[-1]
+
+    build = gemm_portable._operand_descriptor
+    monkeypatch.setattr(gemm_portable, "_operand_descriptor", record)
+    return built
+
+
 # ---------------------------------------------------------------------------------------------
 # BF16
 
@@ -122,6 +135,39 @@ def test_bf16_launcher_with_uneven_k_and_several_bands():
     _check(d, reference.bf16_gemm_reference(a, b, None, torch.float32), BF16_THRESHOLD, what)
 
 
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+def test_bf16_tma_operand_path_for_every_major_ness(layout, monkeypatch):
+    """The TMA-descriptor operand path (USE_TMA, what SM90+ GPUs take) under the interpreter:
+    each operand K- or MN-major; M, N and K tails read as zeros from TMA's out-of-bounds fill."""
+    descriptors = _record_descriptors(monkeypatch)
+    generator, what = _generator()
+    m, n, k = 136, 200, 320
+    a = _randn((k, m) if layout[0] == "t" else (m, k), generator, torch.bfloat16)
+    b = _randn((k, n) if layout[1] == "n" else (n, k), generator, torch.bfloat16)
+    d = torch.full((m, n), float("nan"))
+    expected = reference.gemm_reference(a, b, d, None, layout)
+    a_mk = a.T if layout[0] == "t" else a
+    b_nk = b.T if layout[1] == "n" else b
+    gemm_portable.bf16_gemm("test", a_mk, b_nk, d, False, PortableGemmConfig(32, 64, 64, 2, 4, 1), use_tma=True)
+    assert len(descriptors) == 2 and None not in descriptors, "the TMA path did not run"
+    _check(d, expected, BF16_THRESHOLD, f"{what} {layout}")
+
+
+@pytest.mark.parametrize("split_k,use_tma", [(2, False), (3, True), (32, False)])
+def test_bf16_split_k_sums_the_slices_and_accumulates(split_k, use_tma):
+    """Split-K: K cut into slices (uneven: 5 K blocks over 2 or 3 slices; more slices asked for
+    than K blocks), partials summed by the reduction kernel, which adds c (d holds it)."""
+    generator, what = _generator()
+    m, n, k = 7, 200, 320
+    a = _randn((m, k), generator, torch.bfloat16)
+    b = _randn((n, k), generator, torch.bfloat16)
+    c = _randn((m, n), generator, torch.float32, 32)
+    d = c.clone()
+    config = PortableGemmConfig(32, 64, 64, 2, 4, 1, split_k=split_k)
+    gemm_portable.bf16_gemm("test", a, b, d, True, config, use_tma=use_tma)
+    _check(d, reference.bf16_gemm_reference(a, b, c, torch.float32), BF16_THRESHOLD, f"{what} split {split_k}")
+
+
 # ---------------------------------------------------------------------------------------------
 # FP8
 
@@ -182,6 +228,30 @@ def test_fp8_launcher_with_a_wide_tile_and_the_byte_decoding_path(fp8_as_bits):
                            False, config=PortableGemmConfig(16, 256, 128, 2, 4, 1), fp8_as_bits=fp8_as_bits)
     expected = reference_fp8.fp8_gemm_reference((a, sfa), (b, sfb), d)
     _check(d, expected, FP8_DEQUANTIZED_THRESHOLD, what)
+
+
+@pytest.mark.parametrize("kind", ["1d2d", "1d1d"])
+@pytest.mark.parametrize("block_n,split_k,use_tma", [(64, 1, True), (256, 1, True), (64, 3, False), (128, 2, True)])
+def test_fp8_tma_path_and_split_k(kind, block_n, split_k, use_tma, monkeypatch):
+    """The TMA operand path and split-K of the FP8 kernel: 1D2D with a tile inside one 128-column
+    SFB block (one scale per K block) and one spanning two (a gathered row of scales), 1D1D
+    accumulating into d; K = 5 blocks with a 64-element tail, M and N tails."""
+    descriptors = _record_descriptors(monkeypatch)
+    generator, what = _generator()
+    m, n, k = 33, 320, 576
+    _, _, (a, sfa), (b, sfb) = _fp8_operands(m, n, k, generator, kind == "1d1d")
+    if kind == "1d2d":
+        c, recipe, d = None, None, torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        sfb_kernel = sfb
+    else:
+        c, recipe = _randn((m, n), generator, torch.float32, 32), (1, 1, 128)
+        d, sfb_kernel = c.clone(), get_mn_major_tma_aligned_tensor(sfb)
+    config = PortableGemmConfig(16, block_n, 128, 2, 4, 1, split_k=split_k)
+    gemm_portable.fp8_gemm("test", a, get_mn_major_tma_aligned_tensor(sfa), b, sfb_kernel, d, kind,
+                           c is not None, config=config, use_tma=use_tma)
+    assert len(descriptors) == (2 if use_tma else 0) and None not in descriptors
+    expected = reference_fp8.fp8_gemm_reference((a, sfa), (b, sfb), torch.empty_like(d), c, recipe)
+    _check(d, expected, FP8_DEQUANTIZED_THRESHOLD, f"{what} {kind} {config}")
 
 
 def test_fp8_skip_head_mid_leaves_the_mid_columns():
