@@ -102,6 +102,8 @@ if [ "$bench" = 1 ]; then
     if wants grouped && [ -f benchmarks/bench_grouped.py ]; then
         run_stage "bench_grouped" "$LOGS/bench_grouped.txt" 30 python3 benchmarks/bench_grouped.py
     fi
+    wants probe_portable && run_stage "probe_portable" "$LOGS/probe_portable.txt" 20 \
+        python3 benchmarks/probe_portable.py
     if wants ncu && command -v ncu > /dev/null; then
         # --clock-control none: the clocks stay as the card runs them (METHOD.md); the first two
         # FP8 launches are the warm-up.

@@ -182,3 +182,30 @@ def test_fp8_portable_kernel_compiles_with_tensor_cores_and_no_spills(arch, kind
 def test_fp8_portable_skip_head_mid_kernel_compiles(arch):
     config = portable.default_config(portable.FP8_GEMM_1D2D, 4096, (arch // 10, 0), _SHARED_MEMORY[arch])
     _check(_fp8_kernel(arch, config, "1d2d", "bf16", False, skip_head_mid=True), arch, "fp8", config)
+
+
+def _shipped_configs():
+    """(family, config) of every distinct config in the shipped sm90 tuned files (the H200 sweep's
+    winners), which the sweep admitted only without spills on the H200's Triton: this holds them
+    to the same rules with the Triton CI runs."""
+    cases = []
+    for family in portable.FAMILIES:
+        for _, config in portable.read_tuned_file(portable.tuned_file_path("sm90", family)):
+            if (family, config) not in cases:
+                cases.append((family, config))
+    return cases
+
+
+def test_tuned_files_are_shipped_for_sm90():
+    shipped = {family for family, _ in _shipped_configs()}
+    assert shipped == set(portable.FAMILIES), f"sm90 tuned files missing for {set(portable.FAMILIES) - shipped}"
+
+
+@pytest.mark.parametrize("family,config", _shipped_configs(), ids=lambda v: str(v))
+def test_shipped_sm90_tuned_configs_compile_without_spills(family, config):
+    split = config.split_k > 1
+    if family == portable.BF16_GEMM:
+        _check(_bf16_kernel(90, config, True, True, "bf16", False, split=split), 90, "bf16", config)
+    else:
+        kind, out = ("1d2d", "bf16") if family == portable.FP8_GEMM_1D2D else ("1d1d", "fp32")
+        _check(_fp8_kernel(90, config, kind, out, kind == "1d1d", split=split), 90, "fp8", config)
