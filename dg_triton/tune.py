@@ -3,9 +3,11 @@ configs on the current GPU and write the winners to ``autotune_configs/<arch>/<f
 (format in dg_triton/portable.py), which the portable path then reads (nearest bucket).
 
 Families: ``bf16_gemm`` (A, B K-major, bf16 D), ``fp8_gemm_1d2d`` (bf16 D), ``fp8_gemm_1d1d``
-(fp32 D, accumulating). Default shapes (API.md 8): the dense forward shapes (M in {1, 64, 128,
-4096} x the seven DeepSeek-V3 (N, K)) for bf16_gemm and fp8_gemm_1d2d, the weight-gradient shapes
-(M = N of the forward, N = 4096, K = K of the forward) for fp8_gemm_1d1d, the recipe wgrad uses.
+(fp32 D, accumulating). Default shapes, the dense shapes of API.md 8 each family serves: forward
+(M in {1, 64, 128, 4096} x the seven DeepSeek-V3 (N, K); BF16 also the fp32-out router and LM
+head) and dgrad (M = 4096, N = K, K = N of the forward) for bf16_gemm and fp8_gemm_1d2d; wgrad
+(M = N, N = 4096, K = K of the forward) for bf16_gemm and fp8_gemm_1d1d (the recipe SM90 wgrad
+uses). A problem of another layout or D type takes the entry of its (M, N, K) all the same.
 Each candidate is timed from a CUDA graph (testing.bench_graph); candidates that fail to compile
 (shared memory, registers) or spill registers are skipped; the winner of each shape is checked
 against the reference before it is written. The file is rewritten after every shape, so an
@@ -26,14 +28,23 @@ from dg_triton.portable import PortableGemmConfig
 FORWARD_M = (1, 64, 128, 4096)
 DEFAULT_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
               (7168, 2048))
-WGRAD_N = 4096
+# BF16 only: the MoE router and the LM head, fp32 out.
+FP32_OUT_NK = ((256, 7168), (129280, 7168))
+# The tokens of the forward pass, M of dgrad and N of wgrad.
+BACKWARD_TOKENS = 4096
 _THRESHOLD = {portable.BF16_GEMM: 1e-5, portable.FP8_GEMM_1D2D: 1e-3, portable.FP8_GEMM_1D1D: 1e-3}
 
 
 def default_shapes(family: str) -> list[tuple[int, int, int]]:
+    weights = DEFAULT_NK + (FP32_OUT_NK if family == portable.BF16_GEMM else ())
+    wgrad = [(n, BACKWARD_TOKENS, k) for n, k in weights]
     if family == portable.FP8_GEMM_1D1D:
-        return [(n, WGRAD_N, k) for n, k in DEFAULT_NK]
-    return [(m, n, k) for m in FORWARD_M for n, k in DEFAULT_NK]
+        return wgrad
+    shapes = [(m, n, k) for m in FORWARD_M for n, k in weights]
+    shapes += [(BACKWARD_TOKENS, k, n) for n, k in weights]  # dgrad
+    if family == portable.BF16_GEMM:
+        shapes += wgrad
+    return list(dict.fromkeys(shapes))  # a wgrad shape can equal a forward one
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

@@ -120,9 +120,13 @@ def test_sweep_candidates_are_valid_and_fit(family):
 
 
 def test_default_shapes_are_the_api_shapes():
-    assert len(tune.default_shapes(portable.BF16_GEMM)) == 28
-    assert (64, 2112, 7168) in tune.default_shapes(portable.FP8_GEMM_1D2D)
-    assert (2112, 4096, 7168) in tune.default_shapes(portable.FP8_GEMM_1D1D)
+    bf16 = tune.default_shapes(portable.BF16_GEMM)
+    # forward 4 M x 9 (N, K), dgrad 9, wgrad 9 of which (4096, 4096, 7168) is also a forward shape
+    assert len(bf16) == len(set(bf16)) == 36 + 9 + 8
+    assert {(4096, 129280, 7168), (4096, 7168, 129280), (129280, 4096, 7168)} <= set(bf16)
+    fp8 = tune.default_shapes(portable.FP8_GEMM_1D2D)
+    assert len(fp8) == 28 + 7 and (64, 2112, 7168) in fp8 and (4096, 7168, 2112) in fp8
+    assert tune.default_shapes(portable.FP8_GEMM_1D1D) == [(n, 4096, k) for n, k in tune.DEFAULT_NK]
 
 
 def test_config_name():
