@@ -25,6 +25,8 @@ def main():
         problem = validation.bf16_gemm("bf16_gemm_nt", a, b, d, None)
         key_parts = (problem[:7], False, "nk", settings._plan_settings, None)
         a_ptr, b_ptr, d_ptr = problem[7]
+        # a split-K plan's scalars carry the workspace of the stream it runs on (here stream 0)
+        scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, 0)
         steps = {
             "whole call": lambda: dg_triton.bf16_gemm_nt(a, b, d),
             "validation": lambda: validation.bf16_gemm("bf16_gemm_nt", a, b, d, None),
@@ -32,7 +34,7 @@ def main():
             "3 descriptors": lambda: (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)),
             "current stream": lambda: sm90_bf16_gemm._current_stream(0),
             "launcher call": lambda: plan.launcher(0, (plan.tma_a(a_ptr), plan.tma_b(b_ptr),
-                                                       plan.tma_d(d_ptr)), *plan.scalars, d_ptr),
+                                                       plan.tma_d(d_ptr)), *scalars, d_ptr),
             "torch.matmul": lambda: torch.matmul(a, b.T, out=d),
         }
         print(f"m={m} n={n} k={k} ({plan.spec.name}):")

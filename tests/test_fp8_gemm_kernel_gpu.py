@@ -136,6 +136,50 @@ def test_fp8_kernel_split_k_matches_references_and_replays(kind, block_m, block_
         assert calc_diff(d.float(), expected) < THRESHOLD
 
 
+def test_fp8_kernel_split_k_on_two_streams_and_in_a_graph_at_once():
+    """One split-K plan launched on two streams with no ordering between them, and replayed from
+    a CUDA graph on a third stream at the same time: each must have its own FP32 workspace and
+    counters (a shared set mixes the launches' partials). Two different problems of the same
+    shape, so a mix-up cannot go unseen."""
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.testing import calc_diff
+
+    m, n, k = 128, 1024, 4096
+    config = make_fp8_config("1d2d", m, n, 64, 64, 4, k, 2, 132)
+    assert config is not None and config.num_splits == 4
+    problems = [_operands(m, n, k, "1d2d") for _ in range(3)]
+    outputs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in problems]
+
+    def launch(index):
+        _, _, a_q, sfa, b_q, sfb, _ = problems[index]
+        from dg_triton.kernels import sm90_fp8_gemm
+        d = outputs[index]
+        layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
+        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+        sm90_fp8_gemm.run("test", a_q, sfa, b_q, sfb, d, problem, False, "", config)
+
+    graph_stream = torch.cuda.Stream()
+    with torch.cuda.stream(graph_stream):
+        launch(2)  # warm up (compile, plan) outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=graph_stream):
+            launch(2)
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for _ in range(20):
+        for index, stream in enumerate(streams):
+            with torch.cuda.stream(stream):
+                launch(index)
+        with torch.cuda.stream(graph_stream):
+            graph.replay()
+    torch.cuda.synchronize()
+    for index, d in enumerate(outputs):
+        assert torch.isfinite(d).all(), f"problem {index}: unwritten (NaN) or non-finite elements"
+        assert calc_diff(d.float(), problems[index][6]) < THRESHOLD, f"problem {index}"
+
+
 @pytest.mark.parametrize("block_n", (64, 128))
 def test_fp8_kernel_skip_head_mid_writes_left_and_right_and_leaves_mid(block_n):
     _require_sm90()

@@ -123,19 +123,54 @@ def _output_params(m: int, n: int, row_stride: int, element: int, block_n: int) 
 
 
 class _Plan:
-    """What a call of one problem needs. Split-K plans own their FP32 workspace and their per-tile
-    counters (zeroed once; the kernel leaves them zeroed), so a CUDA graph that captured the plan
-    keeps valid buffers for as long as the process lives."""
-    __slots__ = ("launcher", "tma_a", "tma_b", "tma_d", "spec", "scalars")
+    """What a call of one problem needs. `split` (split-K plans only) hands out the FP32 workspace
+    and per-tile counters of the stream the call runs on (SplitKBuffers)."""
+    __slots__ = ("launcher", "tma_a", "tma_b", "tma_d", "spec", "scalars", "split")
 
-    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, scalars):
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, scalars, split=None):
         self.spec, self.launcher = spec, launcher
         self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
         self.scalars = scalars  # the kernel's scalar parameters but the last (the D pointer)
+        self.split = split
 
 
 _plans: dict = {}
-_split_buffers: list = []
+
+
+class SplitKBuffers:
+    """The FP32 partials (one per K slice and tile) and per-tile counters of one split-K plan, for
+    SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). Counters are zeroed once; the kernel
+    leaves them zeroed, so a set can serve one launch after another, but not two at once: each
+    CUDA stream gets its own set, and each CUDA-graph capture a fresh one that the graph keeps
+    (whatever runs beside its replays). Sets live as long as the process, so captured graphs keep
+    valid pointers.
+
+    `scalars(template, stream)` is the plan's scalar tuple with the set's two pointers in
+    template[slot], template[slot + 1]."""
+
+    def __init__(self, config: Bf16GemmConfig, m: int, n: int, device: torch.device, slot: int):
+        tiles = -(-m // config.block_m) * -(-n // config.block_n)
+        self.workspace_elements = config.num_splits * tiles * config.block_m * config.block_n
+        self.counter_elements = tiles * (config.block_m // 64)
+        self.device, self.slot = device, slot
+        self._by_stream: dict = {}
+        self._kept: list = []
+
+    def _allocate(self) -> tuple[int, int]:
+        workspace = torch.empty(self.workspace_elements, dtype=torch.float32, device=self.device)
+        counters = torch.zeros(self.counter_elements, dtype=torch.int32, device=self.device)
+        self._kept.append((workspace, counters))
+        return workspace.data_ptr(), counters.data_ptr()
+
+    def scalars(self, template: tuple, stream: int) -> tuple:
+        capturing = torch.cuda.is_current_stream_capturing()
+        scalars = None if capturing else self._by_stream.get(stream)
+        if scalars is None:
+            pointers = self._allocate()
+            scalars = template[:self.slot] + pointers + template[self.slot + 2:]
+            if not capturing:
+                self._by_stream[stream] = scalars
+        return scalars
 
 
 def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int, int]:
@@ -145,19 +180,14 @@ def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int
             k if "k" in compiled_dims else 0)
 
 
-def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, device) -> tuple[int, int, int]:
-    """(num_splits, workspace, counters) for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh):
-    an FP32 partial per K-slice and tile, and per-tile counters zeroed once (the kernel leaves them
-    zeroed). The buffers live as long as the process, so captured graphs keep valid pointers.
-    (1, 0, 0) without split-K."""
+def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, device,
+                      slot: int) -> tuple[tuple[int, int, int], SplitKBuffers | None]:
+    """((num_splits, workspace, counters) for the plan's scalars, buffers): without split-K
+    (1, 0, 0) and None; with it, null pointers that the call replaces by its stream's
+    (SplitKBuffers, whose `slot` is the workspace's position in the plan's scalars)."""
     if config.num_splits == 1:
-        return 1, 0, 0
-    tiles = -(-m // config.block_m) * -(-n // config.block_n)
-    workspace = torch.empty(config.num_splits * tiles * config.block_m * config.block_n,
-                            dtype=torch.float32, device=device)
-    counters = torch.zeros(tiles * (config.block_m // 64), dtype=torch.int32, device=device)
-    _split_buffers.append((workspace, counters))
-    return config.num_splits, workspace.data_ptr(), counters.data_ptr()
+        return (1, 0, 0), None
+    return (config.num_splits, 0, 0), SplitKBuffers(config, m, n, device, slot)
 
 
 def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate, compiled_dims,
@@ -175,14 +205,15 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         cluster=config.cluster_size, pdl=settings._pdl)
-    split_args = split_k_arguments(config, m, n, d.device)
+    # scalars (m, n, k, num_splits, workspace, counters, ld_d): the workspace is scalar 4
+    split_args, split = split_k_arguments(config, m, n, d.device, slot=4)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m,
                                                      config.cluster_n)),
                  tma.DescriptorCache(_operand_params(n, k, b.stride(), b_k_major, config.block_n,
                                                      config.cluster_m, split_atoms_by_k=True)),
                  tma.DescriptorCache(_output_params(m, n, d.stride(0), element, config.block_n)),
-                 (m, n, k, *split_args, d.stride(0)))
+                 (m, n, k, *split_args, d.stride(0)), split)
 
 
 # tma_a, tma_b, tma_d, m, n, k, num_splits, workspace, counters, ld_d, d
@@ -220,5 +251,6 @@ def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, proble
         plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
                                         accumulate, compiled_dims, config)
     a_ptr, b_ptr, d_ptr = addresses
-    plan.launcher(_current_stream(problem[5]),
-                  (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)), *plan.scalars, d_ptr)
+    stream = _current_stream(problem[5])
+    scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, stream)
+    plan.launcher(stream, (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)), *scalars, d_ptr)

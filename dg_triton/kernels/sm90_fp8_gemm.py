@@ -133,13 +133,14 @@ def _scale_params(mn: int, k: int, ld: int, block: int) -> tma.Tma2dParams:
 
 
 class _Plan:
-    __slots__ = ("launcher", "scalars", "spec", "tma_a", "tma_b", "tma_d", "tma_sfa", "tma_sfb")
+    __slots__ = ("launcher", "scalars", "spec", "split", "tma_a", "tma_b", "tma_d", "tma_sfa", "tma_sfb")
 
-    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, tma_sfa, tma_sfb, scalars):
+    def __init__(self, spec, launcher, tma_a, tma_b, tma_d, tma_sfa, tma_sfb, scalars, split):
         self.spec, self.launcher = spec, launcher
         self.tma_a, self.tma_b, self.tma_d = tma_a, tma_b, tma_d
         self.tma_sfa, self.tma_sfb = tma_sfa, tma_sfb   # tma_sfb: 1D1D only
         self.scalars = scalars  # (m, n, k, ld_sfb, left, mid, right, split-K arguments, ld_d)
+        self.split = split  # SplitKBuffers of a split-K plan (the stream's workspace), else None
 
 
 _plans: dict = {}
@@ -173,6 +174,8 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
                         cluster=config.cluster_size, pdl=settings._pdl)
     tma_sfa = tma.DescriptorCache(_scale_params(m, k, sfa.stride(1), config.block_m))
     per_column = problem.kind == "1d1d"
+    # the workspace is scalar 8 (after m, n, k, ld_sfb, left, mid, right, num_splits)
+    split_args, split = split_k_arguments(config, m, n, d.device, slot=8)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(0), config.block_m, config.cluster_n)),
                  tma.DescriptorCache(_operand_params(n, k, b.stride(0), config.block_n, config.cluster_m)),
@@ -181,7 +184,7 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
                  tma.DescriptorCache(_scale_params(n, k, sfb.stride(1), config.block_n)) if per_column
                  else tma_sfa,   # 1D2D: the kernel never reads tma_sfb
                  (m, n, k, sfb.stride(1) if per_column else sfb.stride(0), left, mid, right,
-                  *split_k_arguments(config, m, n, d.device), d.stride(0)))
+                  *split_args, d.stride(0)), split)
 
 
 # tma_a, tma_b, tma_d, tma_sfa, tma_sfb, m, n, k, ld_sfb, left, mid, right,
@@ -213,9 +216,11 @@ def run(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb:
                                         compiled_dims, config, probe_defines)
     sfb_address = sfb.data_ptr()
     sfa_descriptor = plan.tma_sfa(sfa.data_ptr())
-    plan.launcher(_current_stream(problem.device_index),
+    stream = _current_stream(problem.device_index)
+    scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, stream)
+    plan.launcher(stream,
                   (plan.tma_a(a.data_ptr()), plan.tma_b(b.data_ptr()), plan.tma_d(d.data_ptr()),
                    sfa_descriptor,
                    # 1D2D: the slot still needs a valid descriptor buffer; the kernel ignores it
                    sfa_descriptor if plan.tma_sfb is plan.tma_sfa else plan.tma_sfb(sfb_address)),
-                  *plan.scalars, sfb_address, d.data_ptr())
+                  *scalars, sfb_address, d.data_ptr())
