@@ -137,13 +137,40 @@ class _Plan:
 _plans: dict = {}
 
 
+class _StreamScratch:
+    """The split-K scratch of one (device, stream): an FP32 workspace and a counter buffer that
+    every split-K plan launched on that stream shares (launches on one stream run one after
+    another), grown when a plan needs more; `generation` counts the growths, so plans know when
+    their cached pointers went stale. Counters are zeroed when allocated and left zeroed by the
+    kernel. A buffer dropped by a growth is freed stream-ordered by torch's caching allocator, after
+    the launches already queued on the stream that use it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.workspace = self.counters = None
+        self.generation = 0
+
+    def pointers(self, workspace_elements: int, counter_elements: int) -> tuple[int, int]:
+        if self.workspace is None or self.workspace.numel() < workspace_elements \
+                or self.counters.numel() < counter_elements:
+            workspace_elements = max(workspace_elements, 0 if self.workspace is None else self.workspace.numel())
+            counter_elements = max(counter_elements, 0 if self.counters is None else self.counters.numel())
+            self.workspace = torch.empty(workspace_elements, dtype=torch.float32, device=self.device)
+            self.counters = torch.zeros(counter_elements, dtype=torch.int32, device=self.device)
+            self.generation += 1
+        return self.workspace.data_ptr(), self.counters.data_ptr()
+
+
+_stream_scratch: dict = {}   # (device index, stream handle) -> _StreamScratch
+_graph_scratch: list = []    # buffers of captured graphs, kept for as long as the process lives
+
+
 class SplitKBuffers:
-    """The FP32 partials (one per K slice and tile) and per-tile counters of one split-K plan, for
-    SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). Counters are zeroed once; the kernel
-    leaves them zeroed, so a set can serve one launch after another, but not two at once: each
-    CUDA stream gets its own set, and each CUDA-graph capture a fresh one that the graph keeps
-    (whatever runs beside its replays). Sets live as long as the process, so captured graphs keep
-    valid pointers.
+    """Where one split-K plan's FP32 partials (one per K slice and tile) and per-tile counters live,
+    for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). A set serves one launch after
+    another but not two at once, so an eager launch takes its stream's shared scratch
+    (_StreamScratch) and a launch captured into a CUDA graph a fresh set that the graph keeps,
+    whatever runs beside its replays.
 
     `scalars(template, stream)` is the plan's scalar tuple with the set's two pointers in
     template[slot], template[slot + 1]."""
@@ -153,24 +180,25 @@ class SplitKBuffers:
         self.workspace_elements = config.num_splits * tiles * config.block_m * config.block_n
         self.counter_elements = tiles * (config.block_m // 64)
         self.device, self.slot = device, slot
-        self._by_stream: dict = {}
-        self._kept: list = []
+        self._by_stream: dict = {}   # stream -> (scratch generation, scalars)
 
-    def _allocate(self) -> tuple[int, int]:
-        workspace = torch.empty(self.workspace_elements, dtype=torch.float32, device=self.device)
-        counters = torch.zeros(self.counter_elements, dtype=torch.int32, device=self.device)
-        self._kept.append((workspace, counters))
-        return workspace.data_ptr(), counters.data_ptr()
+    def _with(self, template: tuple, pointers: tuple[int, int]) -> tuple:
+        return template[:self.slot] + pointers + template[self.slot + 2:]
 
     def scalars(self, template: tuple, stream: int) -> tuple:
-        capturing = torch.cuda.is_current_stream_capturing()
-        scalars = None if capturing else self._by_stream.get(stream)
-        if scalars is None:
-            pointers = self._allocate()
-            scalars = template[:self.slot] + pointers + template[self.slot + 2:]
-            if not capturing:
-                self._by_stream[stream] = scalars
-        return scalars
+        if torch.cuda.is_current_stream_capturing():
+            workspace = torch.empty(self.workspace_elements, dtype=torch.float32, device=self.device)
+            counters = torch.zeros(self.counter_elements, dtype=torch.int32, device=self.device)
+            _graph_scratch.append((workspace, counters))
+            return self._with(template, (workspace.data_ptr(), counters.data_ptr()))
+        scratch = _stream_scratch.get((self.device.index, stream))
+        if scratch is None:
+            scratch = _stream_scratch[self.device.index, stream] = _StreamScratch(self.device)
+        cached = self._by_stream.get(stream)
+        if cached is None or cached[0] != scratch.generation or scratch.workspace.numel() < self.workspace_elements:
+            pointers = scratch.pointers(self.workspace_elements, self.counter_elements)
+            cached = self._by_stream[stream] = (scratch.generation, self._with(template, pointers))
+        return cached[1]
 
 
 def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int, int]:
