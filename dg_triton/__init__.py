@@ -6,7 +6,8 @@ Built so far (all run and tested on an H200, README): the SM90 BF16 and FP8 dens
 prologue kernels (FP8/FP4 casts, scale-factor layouts, fused SwiGLU + FP8 quant, MoE token layouts)
 that run on any CUDA GPU and fall back to plain torch on other devices, and portable Triton GEMMs
 (dense BF16 and FP8, M-grouped BF16) for every other CUDA GPU and, under TRITON_INTERPRET=1, for
-CPU tensors (dispatch.py). No K-grouped GEMM and no SM100 CUDA kernel yet.
+CPU tensors (dispatch.py). The K-grouped GEMMs (k_grouped.py: one dense-kernel launch per group, on
+the SM90 and the portable path) are CPU-tested only so far. No SM100 CUDA kernel yet.
 """
 __version__ = "2.6.1"
 
@@ -23,6 +24,8 @@ from dg_triton.grouped_fp8 import (fp8_m_grouped_gemm_nt_masked, m_grouped_fp8_f
                                    m_grouped_fp8_gemm_nn_contiguous, m_grouped_fp8_gemm_nt_contiguous,
                                    m_grouped_fp8_gemm_nt_masked)
 from dg_triton.gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
+from dg_triton.k_grouped import (k_grouped_bf16_gemm_tn_contiguous, k_grouped_fp8_gemm_nt_contiguous,
+                                 k_grouped_fp8_gemm_tn_contiguous)
 from dg_triton.moe_layout import moe_permute_contiguous, moe_permute_masked, moe_unpermute_combine
 from dg_triton.settings import (get_block_size_multiple_of, get_deterministic_algorithms,
                                 get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util,

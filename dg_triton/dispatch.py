@@ -10,8 +10,9 @@ portable one for PORTABLE_FUNCTIONS):
    (the Triton interpreter, for tests and prototyping);
 3. otherwise NotImplementedError naming the function and the device.
 
-FP8 calls on SM100 never get here: validation_fp8 refuses them first, because SM100's scale-factor
-transform packs UE8M0 scales that neither an SM100 kernel (none yet) nor the portable kernel reads.
+FP8 calls on SM100 never get here: validation_fp8 (validation_k_grouped for the k-grouped FP8
+GEMM) refuses them first, because SM100's scale-factor transform packs UE8M0 scales that neither
+an SM100 kernel (none yet) nor the portable kernel reads.
 
 ``DG_BACKEND`` overrides step 1: ``triton`` takes the portable path wherever the function has one
 (on SM90 too, so both paths can be compared on one GPU); ``cuda`` never takes it; ``auto`` (or
@@ -38,7 +39,9 @@ PORTABLE_FUNCTIONS = frozenset(
     + [f"fp8_fp4_gemm_{alias}" for alias in ("nt", "nn", "tn", "tt")]
     + ["fp8_gemm_nt_skip_head_mid"]
     + ["m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous",
-       "m_grouped_bf16_gemm_nt_masked"])
+       "m_grouped_bf16_gemm_nt_masked"]
+    # K-grouped GEMMs run the dense kernels once per group (k_grouped.py), portable ones included.
+    + ["k_grouped_fp8_gemm_nt_contiguous", "k_grouped_bf16_gemm_tn_contiguous"])
 
 _BACKEND_VARIABLE = "DG_BACKEND"
 _FORCE_PORTABLE, _FORCE_CUDA, _AUTO = "triton", "cuda", "auto"

@@ -83,3 +83,23 @@ GROUPED_MASKED_GM = [(32, 192), (6, 1024), (32, 20), (6, 20)]
 # The GPU tests divide the contiguous expected m by this (a run in about a second each); the
 # benchmark runs the full sizes.
 GROUPED_GPU_TEST_M_DIVISOR = 4
+
+# --- End-to-end MoE forward (issue 5; tests/moe_forward.py) ------------------------------------
+
+# DeepSeek-V3's routed experts: (tokens, hidden, intermediate, experts, top-k); the benchmark's
+# shape and the GPU test's one full-size case.
+MOE_FORWARD_DEEPSEEK_V3 = (4096, 7168, 2048, 256, 8)
+# Smaller (tokens, hidden, intermediate, experts) for the routing-pattern cases, each run with
+# every top-k of MOE_FORWARD_TOPK: one with DeepSeek-V3's expert width and a token count that is
+# no multiple of anything.
+MOE_FORWARD_SHAPES = [(512, 2048, 512, 16), (1000, 7168, 2048, 32)]
+MOE_FORWARD_TOPK = [1, 8]
+
+# --- K-grouped GEMMs (API.md 8 "k-grouped"; issue 5) --------------------------------------------
+
+# (groups, M, N, expected K per group) as upstream's tests list them: [M, N] is one expert's weight
+# gradient, K the tokens routed to that expert.
+K_GROUPED_GMNK = [(4, 4096, 7168, 8192), (4, 7168, 2048, 8192), (8, 4096, 7168, 4096),
+                  (8, 7168, 2048, 4096), (16, 4096, 7168, 2048), (16, 7168, 2048, 2048)]
+# Per-group k = max(1, int(expected * U(0.7, 1.3))) aligned up to this (SM90: FP8 and BF16 128).
+K_GROUPED_SM90_K_ALIGNMENT = 128
