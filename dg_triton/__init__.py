@@ -6,8 +6,8 @@ Built so far (all run and tested on an H200, README): the SM90 BF16 and FP8 dens
 prologue kernels (FP8/FP4 casts, scale-factor layouts, fused SwiGLU + FP8 quant, MoE token layouts)
 that run on any CUDA GPU and fall back to plain torch on other devices, and portable Triton GEMMs
 (dense BF16 and FP8, M-grouped BF16) for every other CUDA GPU and, under TRITON_INTERPRET=1, for
-CPU tensors (dispatch.py). The K-grouped GEMMs (k_grouped.py: one dense-kernel launch per group, on
-the SM90 and the portable path) are CPU-tested only so far. No SM100 CUDA kernel yet.
+CPU tensors (dispatch.py), and the K-grouped GEMMs (k_grouped.py: one dense-kernel launch per group,
+on the SM90 and the portable path). No SM100 CUDA kernel yet.
 """
 __version__ = "2.6.1"
 
