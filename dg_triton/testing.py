@@ -31,6 +31,7 @@ __all__ = [
     "empty_suppress",
     "bench",
     "bench_graph",
+    "capture_graph",
     "host_overhead_us",
 ]
 
@@ -210,18 +211,15 @@ def bench(fn, num_warmups: int = 5, num_tests: int = 10, high_precision: bool = 
     return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / num_tests / 1e3
 
 
-def bench_graph(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
-    """Median microseconds of one call of ``fn``, replayed from a CUDA graph (ANCHORS.md "Method").
+def capture_graph(fn) -> "torch.cuda.CUDAGraph":
+    """A CUDA graph of one call of ``fn``, which must be capturable (no host syncs, no allocations
+    whose address must change per call).
 
-    The graph removes Python launch cost from the figure; host cost is ``host_overhead_us``.
-    ``fn`` must be capturable: no host syncs, no allocations whose address must change per call.
+    The first call compiles, autotunes and fills the caching allocator; none of that may happen
+    during capture. It runs on a side stream, as the PyTorch CUDA-graph notes advise, so lazily
+    created per-stream state (cuBLAS workspaces) is set up the way the capture stream will use it.
     """
-    _require_cuda("bench_graph")
-    import triton.testing
-
-    # The first call compiles, autotunes and fills the caching allocator; none of that may happen
-    # during capture. It runs on a side stream, as the PyTorch CUDA-graph notes advise, so lazily
-    # created per-stream state (cuBLAS workspaces) is set up the way the capture stream will use it.
+    _require_cuda("capture_graph")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -233,6 +231,19 @@ def bench_graph(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
+    return graph
+
+
+def bench_graph(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median microseconds of one call of ``fn``, replayed from a CUDA graph (ANCHORS.md "Method").
+
+    The graph removes Python launch cost from the figure; host cost is ``host_overhead_us``.
+    ``fn`` must be capturable (capture_graph).
+    """
+    _require_cuda("bench_graph")
+    import triton.testing
+
+    graph = capture_graph(fn)
 
     # triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None,
     # return_mode="mean") in triton 3.6.0 and 3.7.1 alike: warmup/rep are milliseconds of run

@@ -30,7 +30,7 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 import dg_triton  # noqa: E402
 from dg_triton import reference_k_grouped  # noqa: E402
-from dg_triton.testing import calc_diff  # noqa: E402
+from dg_triton.testing import calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils.math import align  # noqa: E402
 from test_fp8_gemm_kernel_gpu import scale_groups_apart  # noqa: E402
 from test_grouped_gemm_gpu import seed_and_settings  # noqa: E402,F401 (autouse fixture: seed, backend, alignment)
@@ -180,21 +180,6 @@ def test_bf16_tn_tails_on_both_paths(monkeypatch, ks, m, n, backend, c_is_d):
 
 # ---- CUDA graphs -----------------------------------------------------------------------------------------
 
-def _capture(fn):
-    """fn warmed up (kernels compiled, allocator primed) on a side stream, then captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize()
-    return graph
-
-
 @pytest.mark.parametrize("row_major_sf", [False, True])
 def test_fp8_nt_replays_from_a_cuda_graph_on_new_inputs(row_major_sf):
     ks, m, n = group_ks(4, 1024, empty=(1,)), 1024, 2048
@@ -203,7 +188,7 @@ def test_fp8_nt_replays_from_a_cuda_graph_on_new_inputs(row_major_sf):
     c = torch.randn(len(ks), m, n, device="cuda").mul_(32)
     d = torch.full_like(c, NAN)
     grouped_layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
-    graph = _capture(lambda: dg_triton.k_grouped_fp8_gemm_nt_contiguous(a_fp8, b_fp8, d, ks, grouped_layout, c=c))
+    graph = capture_graph(lambda: dg_triton.k_grouped_fp8_gemm_nt_contiguous(a_fp8, b_fp8, d, ks, grouped_layout, c=c))
     # New values in the captured tensors: data, scale factors and c.
     a2, b2 = tn_inputs(ks, m, n, fp8=True)
     a2_fp8, b2_fp8 = nt_operands(a2, b2, ks, row_major_sf)
@@ -225,7 +210,7 @@ def test_bf16_tn_replays_from_a_cuda_graph_on_new_inputs():
     c = torch.randn(len(ks), m, n, device="cuda").mul_(32)
     d = torch.full_like(c, NAN)
     grouped_layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
-    graph = _capture(lambda: dg_triton.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout, c=c))
+    graph = capture_graph(lambda: dg_triton.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout, c=c))
     a.copy_(torch.randn_like(a))
     b.copy_(torch.randn_like(b))
     c.copy_(torch.randn_like(c).mul_(32))
