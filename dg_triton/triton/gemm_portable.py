@@ -35,7 +35,8 @@ into D, adding c. FP8 with a 1D2D B and tiles of at most 128 columns reads one B
 
 Launchers take validated operands, pick a config (dg_triton.portable: tuned file, else built-in
 default), launch one kernel (two with split-K) and never read device data on the host, so they can
-be captured in a CUDA graph. ``d`` already holds ``c`` when ``accumulate`` is set (the public layer copied it).
+be captured in a CUDA graph. ``d`` already holds ``c`` when ``accumulate`` is set (the public layer
+copied it).
 """
 from typing import NamedTuple
 
