@@ -3,15 +3,17 @@ configs on the current GPU and write the winners to ``autotune_configs/<arch>/<f
 (format in dg_triton/portable.py), which the portable path then reads (nearest bucket).
 
 Families: ``bf16_gemm`` (A, B K-major, bf16 D), ``fp8_gemm_1d2d`` (bf16 D), ``fp8_gemm_1d1d``
-(fp32 D, accumulating). Default shapes, the dense shapes of API.md 8 each family serves: forward
-(M in {1, 64, 128, 4096} x the seven DeepSeek-V3 (N, K); BF16 also the fp32-out router and LM
-head) and dgrad (M = 4096, N = K, K = N of the forward) for bf16_gemm and fp8_gemm_1d2d; wgrad
-(M = N, N = 4096, K = K of the forward) for bf16_gemm and fp8_gemm_1d1d (the recipe SM90 wgrad
-uses). A problem of another layout or D type takes the entry of its (M, N, K) all the same.
-Each candidate is timed from a CUDA graph (testing.bench_graph); candidates that fail to compile
-(shared memory, registers) or spill registers are skipped; the winner of each shape is checked
-against the reference before it is written. The file is rewritten after every shape, so an
-interrupted sweep keeps what it measured; entries already in the file for other shapes are kept.
+(fp32 D). Default shapes, the dense shapes of API.md 8 each family serves: forward (M in {1, 64,
+128, 4096} x the seven DeepSeek-V3 (N, K); BF16 also the fp32-out router and LM head) and dgrad
+(M = 4096, N = K, K = N of the forward) for bf16_gemm and fp8_gemm_1d2d; wgrad (M = N, N = 4096,
+K = K of the forward) for bf16_gemm and fp8_gemm_1d1d (the recipe SM90 wgrad uses). A problem of
+another layout or D type takes the entry of its (M, N, K) all the same.
+
+Each candidate (tile, warps, stages, split-K; then the winner's group size) is timed from a CUDA
+graph (testing.bench_graph); candidates that fail to compile (shared memory, registers) or spill
+registers are skipped; the winner of each shape is checked against the reference before it is
+written. The file is rewritten after every shape, so an interrupted sweep keeps what it measured;
+entries already in the file for other shapes are kept. A progress bar goes to stderr.
 Needs a CUDA GPU.
 """
 import argparse
@@ -32,6 +34,8 @@ DEFAULT_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 163
 FP32_OUT_NK = ((256, 7168), (129280, 7168))
 # The tokens of the forward pass, M of dgrad and N of wgrad.
 BACKWARD_TOKENS = 4096
+# Group sizes tried on each shape's winning tile (candidates() use 8).
+GROUP_SIZES = (1, 4, 8, 16, 32)
 _THRESHOLD = {portable.BF16_GEMM: 1e-5, portable.FP8_GEMM_1D2D: 1e-3, portable.FP8_GEMM_1D1D: 1e-3}
 
 
@@ -153,21 +157,32 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
     for (m, n, k), configs in plans:
         run, check = _problem(family, m, n, k)
         best = None
-        for config in configs:
-            _progress(done, total, f"{m}x{n}x{k} {tuple(config)}", started)
-            done += 1
+
+        def consider(config):
+            """Times one candidate into `best`; skips it where it does not fit or spills."""
+            nonlocal best
             try:
                 compiled = run(config)
                 if compiled.n_spills:  # not a candidate: the compile tests hold every shipped config to no spills
                     skipped.append(f"{m}x{n}x{k} {tuple(config)}: {compiled.n_spills} spilled registers")
-                    continue
-                microseconds = bench_graph(lambda config=config, run=run: run(config), warmup_ms=5,
-                                           rep_ms=rep_ms)
+                    return
+                microseconds = bench_graph(lambda: run(config), warmup_ms=5, rep_ms=rep_ms)
             except (OutOfResources, CompilationError) as error:  # too big for this GPU: not a candidate
                 skipped.append(f"{m}x{n}x{k} {tuple(config)}: {type(error).__name__}")
-                continue
+                return
             if best is None or microseconds < best[0]:
                 best = (microseconds, config)
+
+        for config in configs:
+            _progress(done, total, f"{m}x{n}x{k} {tuple(config)}", started)
+            done += 1
+            consider(config)
+        # The group size (tile rows per band of the launch order, for L2 reuse of B) only matters
+        # with several tile rows and columns; it is tried on the winner alone.
+        if best is not None and m > best[1].block_m and n > best[1].block_n:
+            for group_m in GROUP_SIZES:
+                if group_m != best[1].group_m:
+                    consider(best[1]._replace(group_m=group_m))
         if best is None:
             print(f"\nno config ran for {m}x{n}x{k}", file=sys.stderr)
             continue

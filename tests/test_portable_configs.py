@@ -153,3 +153,46 @@ def test_tune_without_a_gpu_says_so(capsys):
         pytest.skip("this host has a GPU")
     assert tune.main(["bf16_gemm", "--shapes", "128x128x128"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_sweep_logic_with_a_fake_gpu(monkeypatch, tmp_path):
+    """tune.sweep end to end with the GPU parts faked: a cost model stands in for the timings. The
+    cheapest candidate wins, spilling candidates are skipped, the winner's group size is refined,
+    the file is written in the tuned-file format and keeps other shapes' entries."""
+    import types
+
+    from dg_triton import testing
+
+    def cost(config):  # favours 64x128 tiles, 3 stages, no split, group 16
+        return (abs(config.block_m - 64) + abs(config.block_n - 128) + config.num_stages
+                + config.split_k + abs(config.group_m - 16) / 8)
+
+    spilling = PortableGemmConfig(64, 32, 128, 8, 4, 3)
+    runs = []
+
+    def fake_problem(family, m, n, k):
+        def run(config):
+            runs.append(config)
+            return types.SimpleNamespace(n_spills=5 if config == spilling else 0)
+        return run, lambda: 0.0
+
+    monkeypatch.setattr(tune, "_problem", fake_problem)
+    monkeypatch.setattr(testing, "bench_graph", lambda fn, **kw: (fn(), cost(runs[-1]))[1])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: types.SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
+    monkeypatch.setattr(portable, "device_capability", lambda device: (9, 0))
+    path = portable.tuned_file_path("sm90", portable.FP8_GEMM_1D2D, tmp_path)
+    portable.write_tuned_file(path, portable.make_tuned_document(
+        portable.FP8_GEMM_1D2D, "sm90", "Fake GPU", [{"m": 7, "n": 8, "k": 9, "config": CONFIG_B}]))
+    try:
+        tune.sweep(portable.FP8_GEMM_1D2D, [(4096, 2112, 7168), (64, 576, 7168)], tmp_path, rep_ms=1)
+        entries = dict(portable.read_tuned_file(path))
+    finally:
+        portable.clear_caches()
+    assert spilling in runs and entries[7, 8, 9] == CONFIG_B
+    assert entries[4096, 2112, 7168] == PortableGemmConfig(64, 128, 128, 16, 4, 3)
+    # one tile row at M = 64: no group-size refinement
+    assert entries[64, 576, 7168] == PortableGemmConfig(64, 128, 128, 8, 4, 3)
