@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import dg_triton  # noqa: E402
-from dg_triton import portable, testing, validation  # noqa: E402
+from dg_triton import portable, testing, tuned_files, validation  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 
@@ -153,11 +153,12 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                   us, tflops(m, n, k, us), cublas_us, anchor_us))
     if sweep:
         best = sweep_configs(m, n, k, a, b, d, ref)
-        tuned.append({"key": [m, n, k, d.element_size(), 1, 132],
+        tuned.append({"m": m, "n": n, "k": k, "out_bytes": d.element_size(), "b_k_major": True,
+                      "num_sms": 132,
                       "config": {"block_m": best[1].block_m, "block_n": best[1].block_n,
                                  "num_splits": best[1].num_splits, "cluster_n": best[1].cluster_n,
                                  "cluster_m": best[1].cluster_m},
-                      "us": round(best[0], 2), "heuristic_us": round(us, 2)})
+                      "time_us": round(best[0], 2), "heuristic_us": round(us, 2)})
     del a, b, d, ref, d_cublas
 
 
@@ -305,11 +306,12 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
         if best:
             row["ours"]["sweep_best"] = {"us": round(best[0][0], 2), "config": best[0][1]}
             config = best[0][2]
-            FP8_TUNED.append({"key": [kind, m, n, k, 2 if kind == "1d2d" else 4, 132],
+            FP8_TUNED.append({"kind": kind, "m": m, "n": n, "k": k, "out_bytes": 2 if kind == "1d2d" else 4,
+                              "num_sms": 132,
                               "config": {"block_m": config.block_m, "block_n": config.block_n,
                                          "num_splits": config.num_splits,
                                          "cluster_n": config.cluster_n, "cluster_m": config.cluster_m},
-                              "us": round(best[0][0], 2), "heuristic_us": round(us, 2)})
+                              "time_us": round(best[0][0], 2), "heuristic_us": round(us, 2)})
             print(f"    heuristic {row['ours']['config']} {us:.1f} us; sweep best {best[0][1]} "
                   f"{best[0][0]:.1f} us", flush=True)
 
@@ -502,15 +504,21 @@ def write_results(args, gpu, rows, text, tuned):
         json_path.write_text(json.dumps(payload, indent=1) + "\n")
         suffix = "-portable" if args.backend == "triton" else ""
         (results / f"{args.family}-{slug}{suffix}.md").write_text(text + "\n")
+        # The sweep's winners as a tuned file of the CUDA path (dg_triton/tuned_files.py), ready to
+        # become autotune_configs/sm90/<family>.json.
+        tuned_document = tuned_files.make_document(
+            args.family, "cuda", "sm90", gpu, tuned,
+            about=f"winners of python {' '.join(sys.argv)}; time_us: the sweep's time, heuristic_us: "
+                  "the cost model's pick in the same run") if tuned else None
         if tuned:
-            (results / f"{args.family}-{slug}-tuned.json").write_text(json.dumps({"entries": tuned}, indent=1) + "\n")
+            (results / f"{args.family}-{slug}-tuned.json").write_text(json.dumps(tuned_document, indent=1) + "\n")
         out_dir = os.environ.get("OUT")
         if out_dir:
             (Path(out_dir) / f"{args.family}-{slug}.json").write_text(json.dumps(payload, indent=1) + "\n")
             (Path(out_dir) / f"{args.family}-{slug}{suffix}.md").write_text(text + "\n")
             if tuned:
                 (Path(out_dir) / f"{args.family}-{slug}-tuned.json").write_text(
-                    json.dumps({"entries": tuned}, indent=1) + "\n")
+                    json.dumps(tuned_document, indent=1) + "\n")
     return 0
 
 

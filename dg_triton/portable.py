@@ -2,14 +2,10 @@
 written by ``python -m dg_triton.tune``, else a built-in default.
 
 A tuned file is ``autotune_configs/<arch>/<family>_portable.json`` (arch ``sm90``, ``sm80``,
-``sm120``, ...; family one of FAMILIES)::
-
-    {"family": ..., "backend": "portable", "arch": "sm90", "gpu": "NVIDIA H200",
-     "date": "2026-12-01T10:00:00+00:00", "versions": {"dg_triton": ..., "torch": ..., "triton": ...},
-     "entries": [{"m": 4096, "n": 2112, "k": 7168,
-                  "config": {"block_m": 128, "block_n": 128, "block_k": 128, "group_m": 8,
-                             "num_warps": 8, "num_stages": 3},
-                  "time_us": 123.4, "tflops": 512.0}, ...]}
+``sm120``, ...; family one of FAMILIES), in the format of dg_triton/tuned_files.py (the one the
+CUDA path's heuristics overrides use) with backend "portable", no key fields beyond m, n, k, and
+configs like ``{"block_m": 128, "block_n": 128, "block_k": 128, "group_m": 8, "num_warps": 8,
+"num_stages": 3, "split_k": 1}``.
 
 Each entry is the winner of a sweep at one problem size (the bucket). A problem takes the entry
 nearest to it in log2 space over (M, N, K): the same weights are the common case, and a different
@@ -20,14 +16,14 @@ The defaults are starting points, not measurements: tile shapes that suit the te
 each generation and compile without register spills (tests/test_compile_triton_gemm_portable.py),
 with the pipeline depth cut to what the device's shared memory holds.
 """
-import datetime
 import functools
-import json
 import math
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from dg_triton import tuned_files
 
 BF16_GEMM, FP8_GEMM_1D2D, FP8_GEMM_1D1D = "bf16_gemm", "fp8_gemm_1d2d", "fp8_gemm_1d1d"
 FAMILIES = (BF16_GEMM, FP8_GEMM_1D2D, FP8_GEMM_1D1D)
@@ -152,56 +148,29 @@ def tuned_file_path(arch: str, family: str, root: Path | None = None) -> Path:
 
 
 def make_tuned_document(family: str, arch: str, gpu: str, entries: list[dict]) -> dict:
-    """A tuned file's content; `entries` are dicts with m, n, k, config (PortableGemmConfig or
-    dict) and the measurements (time_us, tflops, ...)."""
-    import triton
-
-    import dg_triton
-    rows = []
-    for entry in entries:
-        config = entry["config"]
-        config = config._asdict() if isinstance(config, PortableGemmConfig) else dict(config)
-        rows.append({**entry, "config": config})
-    return {
-        "family": family,
-        "backend": "portable",
-        "arch": arch,
-        "gpu": gpu,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "versions": {"dg_triton": dg_triton.__version__, "torch": torch.__version__,
-                     "triton": triton.__version__, "cuda": torch.version.cuda},
-        "entries": rows,
-    }
+    """A tuned file's content (dg_triton.tuned_files, backend "portable"); `entries` are dicts
+    with m, n, k, config (PortableGemmConfig or dict) and the measurements (time_us, tflops, ...)."""
+    return tuned_files.make_document(family, "portable", arch, gpu, entries)
 
 
 def write_tuned_file(path: Path, document: dict) -> None:
-    """Writes atomically (a reader never sees half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(document, indent=1) + "\n")
-    temporary.replace(path)
+    tuned_files.write_document(path, document)
 
 
 def read_tuned_file(path: Path) -> list[tuple[tuple[int, int, int], PortableGemmConfig]]:
     """((m, n, k), config) per entry; ValueError naming the file if it is malformed. A missing
     file is no entries."""
-    path = Path(path)
-    if not path.is_file():
+    document = tuned_files.read_document(path, "portable")
+    if document is None:
         return []
-    try:
-        document = json.loads(path.read_text())
-        family = document["family"]
-        entries = []
-        for index, entry in enumerate(document["entries"]):
-            where = f"{path}: entries[{index}]"
-            key = (int(entry["m"]), int(entry["n"]), int(entry["k"]))
-            if min(key) <= 0:
-                raise ValueError(f"{where}: m, n, k must be positive, got {key}")
-            config = check_config(family, PortableGemmConfig(**entry["config"]), where)
-            entries.append((key, config))
-    except (KeyError, TypeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a portable GEMM tuned file ({type(error).__name__}: {error})") from None
+    entries = []
+    for index, entry in enumerate(document["entries"]):
+        where = f"{path}: entries[{index}]"
+        try:
+            config = PortableGemmConfig(**entry["config"])
+        except TypeError as error:
+            raise ValueError(f"{where}: not a portable GEMM config ({error})") from None
+        entries.append(((entry["m"], entry["n"], entry["k"]), check_config(document["family"], config, where)))
     return entries
 
 

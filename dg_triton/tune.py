@@ -18,13 +18,12 @@ Needs a CUDA GPU.
 """
 import argparse
 import itertools
-import json
 import sys
 import time
 
 import torch
 
-from dg_triton import portable
+from dg_triton import portable, tuned_files
 from dg_triton.portable import PortableGemmConfig
 
 FORWARD_M = (1, 64, 128, 4096)
@@ -146,9 +145,8 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
     arch = portable.arch_name(portable.device_capability(device))
     path = portable.tuned_file_path(arch, family, out_root)
     measured = {tuple(shape) for shape in shapes}
-    kept = []
-    if path.is_file():
-        kept = [e for e in json.loads(path.read_text())["entries"] if (e["m"], e["n"], e["k"]) not in measured]
+    existing = tuned_files.read_document(path, "portable")
+    kept = [e for e in existing["entries"] if (e["m"], e["n"], e["k"]) not in measured] if existing else []
     shared_memory = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
     plans = [(shape, candidates(family, shape[0], shape[2], shared_memory)) for shape in shapes]
     total = sum(len(configs) for _, configs in plans)

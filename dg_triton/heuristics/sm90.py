@@ -15,10 +15,10 @@ to the H200 sweeps recorded in benchmarks/NOTES.md; `autotune_configs/sm90/bf16_
 measured winners for the benchmark shapes, used when present (`tuned_config`).
 """
 import functools
-import json
 import math
 from dataclasses import dataclass
 
+from dg_triton import tuned_files
 from dg_triton.paths import autotune_configs_dir
 
 SMEM_LIMIT = 232448          # bytes of dynamic shared memory per CTA on SM90 (227 KB)
@@ -147,17 +147,27 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
                           cluster_m=cluster_m)
 
 
+# The fields of a tuned entry (dg_triton/tuned_files.py, backend "cuda") that must match a problem
+# exactly, per family, in key order.
+_TUNED_KEY_FIELDS = {"bf16_gemm": ("m", "n", "k", "out_bytes", "b_k_major", "num_sms"),
+                     "fp8_gemm": ("kind", "m", "n", "k", "out_bytes", "num_sms")}
+
+
 @functools.cache
 def _load_tuned_table(family: str) -> dict:
-    """autotune_configs/sm90/<family>.json as {key tuple: config}, or {} without the file."""
+    """autotune_configs/sm90/<family>.json as {key tuple: config dict}, or {} without the file."""
     try:
         path = autotune_configs_dir() / "sm90" / f"{family}.json"
     except FileNotFoundError:
         return {}
-    if not path.is_file():
+    document = tuned_files.read_document(path, "cuda")
+    if document is None:
         return {}
-    entries = json.loads(path.read_text())["entries"]
-    return {tuple(e["key"]): e["config"] for e in entries}
+    fields = _TUNED_KEY_FIELDS[family]
+    try:
+        return {tuple(entry[name] for name in fields): entry["config"] for entry in document["entries"]}
+    except KeyError as error:
+        raise ValueError(f"{path}: an entry lacks the key field {error}") from None
 
 
 def _tuned_table() -> dict:
@@ -165,7 +175,7 @@ def _tuned_table() -> dict:
 
 
 def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | None:
-    entry = _tuned_table().get((m, n, k, out_bytes, int(b_k_major), num_sms))
+    entry = _tuned_table().get((m, n, k, out_bytes, bool(b_k_major), num_sms))
     if entry is None:
         return None
     return make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
