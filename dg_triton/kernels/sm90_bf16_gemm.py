@@ -137,22 +137,26 @@ class _Plan:
 _plans: dict = {}
 
 
-class _StreamScratch:
-    """The split-K scratch of one (device, stream): an FP32 workspace and a counter buffer that
-    every split-K plan launched on that stream shares (launches on one stream run one after
-    another), grown when a plan needs more; `generation` counts the growths, so plans know when
-    their cached pointers went stale. Counters are zeroed when allocated and left zeroed by the
-    kernel. A buffer dropped by a growth is freed stream-ordered by torch's caching allocator, after
-    the launches already queued on the stream that use it."""
+class _Scratch:
+    """Split-K scratch that launches running one after another may share: an FP32 workspace and a
+    counter buffer, grown when a launch needs more; `generation` counts the growths, so plans know
+    when their cached pointers went stale. Counters are zeroed when allocated and left zeroed by
+    the kernel. Eager use (one per device and stream): a buffer dropped by a growth is freed
+    stream-ordered by torch's caching allocator, after the launches already queued that use it.
+    Capture use (one per CUDA-graph capture, `keep_all`): every buffer is kept, since the graph's
+    earlier launches read the old ones at each replay."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, keep_all: bool = False):
         self.device = device
         self.workspace = self.counters = None
         self.generation = 0
+        self._retired = [] if keep_all else None
 
     def pointers(self, workspace_elements: int, counter_elements: int) -> tuple[int, int]:
         if self.workspace is None or self.workspace.numel() < workspace_elements \
                 or self.counters.numel() < counter_elements:
+            if self._retired is not None and self.workspace is not None:
+                self._retired.append((self.workspace, self.counters))
             workspace_elements = max(workspace_elements, 0 if self.workspace is None else self.workspace.numel())
             counter_elements = max(counter_elements, 0 if self.counters is None else self.counters.numel())
             self.workspace = torch.empty(workspace_elements, dtype=torch.float32, device=self.device)
@@ -161,16 +165,34 @@ class _StreamScratch:
         return self.workspace.data_ptr(), self.counters.data_ptr()
 
 
-_stream_scratch: dict = {}   # (device index, stream handle) -> _StreamScratch
-_graph_scratch: list = []    # buffers of captured graphs, kept for as long as the process lives
+_stream_scratch: dict = {}    # (device index, stream handle) -> _Scratch
+# (device index, capture id) -> _Scratch, or (device index, None) -> [buffers] when a capture's id
+# is unknown; kept for as long as the process lives (a graph's lifetime is not visible here).
+_capture_scratch: dict = {}
+
+
+def _capture_id(stream: int) -> int | None:
+    """The id of the CUDA-graph capture under way on `stream` (unique over the process, from
+    cuStreamGetCaptureInfo), or None where the driver does not say."""
+    try:
+        from cuda.bindings import driver
+        result = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
+        if result[0] == driver.CUresult.CUDA_SUCCESS \
+                and result[1] == driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+            return int(result[2])
+    except Exception:  # a cuda-bindings without this query: the caller allocates per launch
+        pass
+    return None
 
 
 class SplitKBuffers:
     """Where one split-K plan's FP32 partials (one per K slice and tile) and per-tile counters live,
     for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). A set serves one launch after
-    another but not two at once, so an eager launch takes its stream's shared scratch
-    (_StreamScratch) and a launch captured into a CUDA graph a fresh set that the graph keeps,
-    whatever runs beside its replays.
+    another but not two at once. An eager launch takes its stream's scratch, shared by every
+    split-K plan on that stream; a launch being captured into a CUDA graph takes its capture's
+    scratch, shared by the capture's launches (they run in order at each replay) and kept by it, so
+    a replay never shares buffers with eager launches or other graphs. (Should the driver not name
+    the capture, each captured launch gets a set of its own.)
 
     `scalars(template, stream)` is the plan's scalar tuple with the set's two pointers in
     template[slot], template[slot + 1]."""
@@ -187,15 +209,20 @@ class SplitKBuffers:
 
     def scalars(self, template: tuple, stream: int) -> tuple:
         if torch.cuda.is_current_stream_capturing():
-            workspace = torch.empty(self.workspace_elements, dtype=torch.float32, device=self.device)
-            counters = torch.zeros(self.counter_elements, dtype=torch.int32, device=self.device)
-            _graph_scratch.append((workspace, counters))
-            return self._with(template, (workspace.data_ptr(), counters.data_ptr()))
+            capture = _capture_id(stream)
+            if capture is None:
+                scratch = _Scratch(self.device)
+                _capture_scratch.setdefault((self.device.index, None), []).append(scratch)
+            else:
+                scratch = _capture_scratch.get((self.device.index, capture))
+                if scratch is None:
+                    scratch = _capture_scratch[self.device.index, capture] = _Scratch(self.device, keep_all=True)
+            return self._with(template, scratch.pointers(self.workspace_elements, self.counter_elements))
         scratch = _stream_scratch.get((self.device.index, stream))
         if scratch is None:
-            scratch = _stream_scratch[self.device.index, stream] = _StreamScratch(self.device)
+            scratch = _stream_scratch[self.device.index, stream] = _Scratch(self.device)
         cached = self._by_stream.get(stream)
-        if cached is None or cached[0] != scratch.generation or scratch.workspace.numel() < self.workspace_elements:
+        if cached is None or cached[0] != scratch.generation:
             pointers = scratch.pointers(self.workspace_elements, self.counter_elements)
             cached = self._by_stream[stream] = (scratch.generation, self._with(template, pointers))
         return cached[1]

@@ -1,0 +1,76 @@
+"""Where the SM90 split-K kernels' FP32 workspace and counters live (SplitKBuffers in
+dg_triton/kernels/sm90_bf16_gemm.py), on the CPU: the logic is host-side, so CPU tensors and a
+faked capture state stand in for the GPU's. The GPU test (test_fp8_gemm_kernel_gpu.py) runs one
+plan on two streams and in a graph at once."""
+import pytest
+import torch
+
+from dg_triton.heuristics.sm90 import Bf16GemmConfig
+from dg_triton.kernels import sm90_bf16_gemm
+from dg_triton.kernels.sm90_bf16_gemm import SplitKBuffers
+
+TEMPLATE = ("m", "n", "k", "splits", 0, 0, "ld_d")
+
+
+def _buffers(m: int, n: int, splits: int = 4) -> SplitKBuffers:
+    config = Bf16GemmConfig(block_m=64, block_n=64, num_stages=4, group_m=8, num_sms=132, num_splits=splits)
+    return SplitKBuffers(config, m, n, torch.device("cpu"), slot=4)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_scratch(monkeypatch):
+    monkeypatch.setattr(sm90_bf16_gemm, "_stream_scratch", {})
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_scratch", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+
+
+def _pointers(scalars):
+    assert scalars[:4] == TEMPLATE[:4] and scalars[6:] == TEMPLATE[6:]
+    return scalars[4:6]
+
+
+def test_plans_on_one_stream_share_its_scratch_and_follow_its_growth():
+    small, big = _buffers(64, 128), _buffers(256, 1024)
+    first = _pointers(small.scalars(TEMPLATE, 7))
+    grown = _pointers(big.scalars(TEMPLATE, 7))    # needs more: the stream's scratch grows
+    scratch = sm90_bf16_gemm._stream_scratch[None, 7]
+    assert scratch.workspace.numel() >= big.workspace_elements and scratch.generation == 2
+    assert _pointers(small.scalars(TEMPLATE, 7)) == grown != first   # the small plan follows
+    assert (scratch.counters == 0).all()
+
+
+def test_each_stream_has_its_own_scratch():
+    plan = _buffers(64, 128)
+    assert _pointers(plan.scalars(TEMPLATE, 1)) != _pointers(plan.scalars(TEMPLATE, 2))
+    assert _pointers(plan.scalars(TEMPLATE, 1)) == _pointers(plan.scalars(TEMPLATE, 1))
+
+
+def test_a_capture_shares_one_scratch_among_its_launches_and_keeps_every_buffer(monkeypatch):
+    small, big = _buffers(64, 128), _buffers(256, 1024)
+    eager = _pointers(small.scalars(TEMPLATE, 7))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 41)
+    in_capture = _pointers(small.scalars(TEMPLATE, 7))
+    assert in_capture != eager
+    assert _pointers(small.scalars(TEMPLATE, 7)) == in_capture      # same capture: shared
+    _pointers(big.scalars(TEMPLATE, 7))                              # grows within the capture
+    scratch = sm90_bf16_gemm._capture_scratch[None, 41]
+    assert len(scratch._retired) == 1 and scratch._retired[0][0].data_ptr() == in_capture[0]
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 42)
+    assert _pointers(small.scalars(TEMPLATE, 7)) not in (in_capture, eager)  # another capture
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert _pointers(small.scalars(TEMPLATE, 7)) == eager            # eager scratch untouched
+
+
+def test_a_capture_the_driver_does_not_name_gets_a_set_per_launch(monkeypatch):
+    plan = _buffers(64, 128)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: None)
+    assert _pointers(plan.scalars(TEMPLATE, 7)) != _pointers(plan.scalars(TEMPLATE, 7))
+    assert len(sm90_bf16_gemm._capture_scratch[None, None]) == 2
+
+
+def test_capture_id_without_a_driver_is_none():
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    assert sm90_bf16_gemm._capture_id(0) is None
