@@ -54,8 +54,10 @@ def test_a_capture_shares_one_scratch_among_its_launches_and_keeps_every_buffer(
     assert in_capture != eager
     assert _pointers(small.scalars(TEMPLATE, 7)) == in_capture      # same capture: shared
     _pointers(big.scalars(TEMPLATE, 7))                              # grows within the capture
-    scratch = sm90_bf16_gemm._capture_scratch[None, 41]
+    scratch = sm90_bf16_gemm._capture_scratch[None, 41, 7]
     assert len(scratch._retired) == 1 and scratch._retired[0][0].data_ptr() == in_capture[0]
+    # a branch of the same capture forked onto another stream runs concurrently: its own set
+    assert _pointers(small.scalars(TEMPLATE, 8)) != _pointers(big.scalars(TEMPLATE, 7))
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 42)
     assert _pointers(small.scalars(TEMPLATE, 7)) not in (in_capture, eager)  # another capture
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)

@@ -166,8 +166,9 @@ class _Scratch:
 
 
 _stream_scratch: dict = {}    # (device index, stream handle) -> _Scratch
-# (device index, capture id) -> _Scratch, or (device index, None) -> [buffers] when a capture's id
-# is unknown; kept for as long as the process lives (a graph's lifetime is not visible here).
+# (device index, capture id, stream) -> _Scratch, or (device index, None) -> [_Scratch] when a
+# capture's id is unknown; kept for as long as the process lives (a graph's lifetime is not visible
+# here).
 _capture_scratch: dict = {}
 
 
@@ -189,8 +190,8 @@ class SplitKBuffers:
     """Where one split-K plan's FP32 partials (one per K slice and tile) and per-tile counters live,
     for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). A set serves one launch after
     another but not two at once. An eager launch takes its stream's scratch, shared by every
-    split-K plan on that stream; a launch being captured into a CUDA graph takes its capture's
-    scratch, shared by the capture's launches (they run in order at each replay) and kept by it, so
+    split-K plan on that stream; a launch being captured into a CUDA graph takes the scratch of its
+    capture and stream, shared by those launches (they run in order at each replay) and kept, so
     a replay never shares buffers with eager launches or other graphs. (Should the driver not name
     the capture, each captured launch gets a set of its own.)
 
@@ -214,9 +215,11 @@ class SplitKBuffers:
                 scratch = _Scratch(self.device)
                 _capture_scratch.setdefault((self.device.index, None), []).append(scratch)
             else:
-                scratch = _capture_scratch.get((self.device.index, capture))
+                # per stream too: a capture forked onto several streams runs their branches at once
+                key = (self.device.index, capture, stream)
+                scratch = _capture_scratch.get(key)
                 if scratch is None:
-                    scratch = _capture_scratch[self.device.index, capture] = _Scratch(self.device, keep_all=True)
+                    scratch = _capture_scratch[key] = _Scratch(self.device, keep_all=True)
             return self._with(template, scratch.pointers(self.workspace_elements, self.counter_elements))
         scratch = _stream_scratch.get((self.device.index, stream))
         if scratch is None:
