@@ -32,6 +32,9 @@ _FP8_FAMILIES = (FP8_GEMM_1D2D, FP8_GEMM_1D1D)
 FP8_BLOCK_K = 128
 # More K slices than this only add partial planes to sum: the decode shapes fill the GPU before.
 MAX_SPLIT_K = 32
+# Up to this M a problem's output tiles alone do not fill a GPU: the sweep offers split-K there
+# (dg_triton.tune), and a tuned entry serves only problems of its own side of it (nearest_entry).
+DECODE_MAX_M = 256
 
 
 class PortableGemmConfig(NamedTuple):
@@ -176,9 +179,13 @@ def read_tuned_file(path: Path) -> list[tuple[tuple[int, int, int], PortableGemm
 
 def nearest_entry(entries, m: int, n: int, k: int):
     """The config of the entry nearest to (m, n, k): least sum of |log2| ratios, the first entry
-    on ties; None without entries."""
+    on ties; None without entries. Entries of the other M regime (decode M <= DECODE_MAX_M, whose
+    winners are narrow tiles with split-K, versus larger M) are taken only when the file has none
+    of this problem's regime."""
+    decode = m <= DECODE_MAX_M
+    same_regime = [entry for entry in entries if (entry[0][0] <= DECODE_MAX_M) == decode]
     best, best_distance = None, math.inf
-    for (em, en, ek), config in entries:
+    for (em, en, ek), config in same_regime or entries:
         distance = abs(math.log2(m / em)) + abs(math.log2(n / en)) + abs(math.log2(k / ek))
         if distance < best_distance:
             best, best_distance = config, distance

@@ -76,7 +76,8 @@ def _tiles(m: int, fp8: bool):
 def candidates(family: str, m: int, k: int, shared_memory_bytes: int) -> list[PortableGemmConfig]:
     """Configs worth timing for M = m, K = k: tiles by M (_tiles), pipelines of 3-4 stages (deeper
     for decode tiles, which wait on memory) that fit in shared memory, and split-K for M <= 256,
-    where the output tiles alone do not fill the GPU, as long as each slice keeps 2+ K blocks."""
+    where the output tiles alone do not fill the GPU (portable.DECODE_MAX_M), as long as each slice
+    keeps 2+ K blocks."""
     fp8 = family != portable.BF16_GEMM
     block_ks = [portable.FP8_BLOCK_K] if fp8 else [64, 128]
     stages = (3, 4, 6) if m <= 32 else (3, 4)
@@ -86,7 +87,7 @@ def candidates(family: str, m: int, k: int, shared_memory_bytes: int) -> list[Po
         if stage_bytes * num_stages > shared_memory_bytes - 8 * 1024:
             continue
         k_blocks = -(-k // block_k)
-        for split_k in (1, 2, 4, 8, 16) if m <= 256 else (1,):
+        for split_k in (1, 2, 4, 8, 16) if m <= portable.DECODE_MAX_M else (1,):
             if split_k > 1 and k_blocks < 2 * split_k:
                 break
             configs.append(PortableGemmConfig(block_m, block_n, block_k, 8, num_warps, num_stages, split_k))
@@ -117,7 +118,7 @@ def _problem(family: str, m: int, n: int, k: int):
     sfa = get_mn_major_tma_aligned_tensor(a_fp8[1])
     sfb = get_mn_major_tma_aligned_tensor(b_fp8[1]) if per_token_b else b_fp8[1]
     kind = "1d1d" if per_token_b else "1d2d"
-    # 1D1D accumulates: the sweep adds into a zero D, so the check is the plain product.
+    # 1D1D is timed without accumulation (D written, not read), so the check is the plain product.
     d = torch.zeros(m, n, device="cuda", dtype=torch.float32 if per_token_b else torch.bfloat16)
 
     def run(config):
@@ -144,9 +145,11 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
     device = torch.device("cuda", torch.cuda.current_device())
     arch = portable.arch_name(portable.device_capability(device))
     path = portable.tuned_file_path(arch, family, out_root)
-    measured = {tuple(shape) for shape in shapes}
+    # The file's entries by shape; each measured shape replaces its own as it finishes, so an
+    # interrupted or failing sweep leaves the others as they were.
     existing = tuned_files.read_document(path, "portable")
-    kept = [e for e in existing["entries"] if (e["m"], e["n"], e["k"]) not in measured] if existing else []
+    by_shape = {(e["m"], e["n"], e["k"]): e for e in existing["entries"]} if existing else {}
+    kept = len(by_shape)
     shared_memory = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
     plans = [(shape, candidates(family, shape[0], shape[2], shared_memory)) for shape in shapes]
     total = sum(len(configs) for _, configs in plans)
@@ -189,16 +192,20 @@ def sweep(family: str, shapes, out_root=None, rep_ms: float = 20) -> dict:
         diff = float(check())
         if not diff < _THRESHOLD[family]:
             raise RuntimeError(f"{family} {m}x{n}x{k}: the winner {best[1]} gives calc_diff {diff:.3g}")
-        entries.append({"m": m, "n": n, "k": k, "config": best[1], "time_us": round(best[0], 2),
-                        "tflops": round(2 * m * n * k / best[0] / 1e6, 1)})
-        document = portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
+        entry = {"m": m, "n": n, "k": k, "config": best[1], "time_us": round(best[0], 2),
+                 "tflops": round(2 * m * n * k / best[0] / 1e6, 1)}
+        entries.append(entry)
+        by_shape[m, n, k] = entry
+        document = portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device),
+                                                list(by_shape.values()))
         portable.write_tuned_file(path, document)
     _progress(done, total, "done", started)
     print(file=sys.stderr)
     portable.clear_caches()
-    print(f"wrote {len(entries)} entries ({len(kept)} kept) to {path} in {time.perf_counter() - started:.0f} s; "
-          f"{len(skipped)} candidates skipped (did not fit this GPU or spilled)", file=sys.stderr)
-    return portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), kept + entries)
+    print(f"wrote {len(entries)} entries to {path} ({len(by_shape)} in the file, {kept} before) in "
+          f"{time.perf_counter() - started:.0f} s; {len(skipped)} candidates skipped (did not fit this GPU "
+          f"or spilled)", file=sys.stderr)
+    return portable.make_tuned_document(family, arch, torch.cuda.get_device_name(device), list(by_shape.values()))
 
 
 def main(argv=None) -> int:

@@ -56,8 +56,10 @@ def test_malformed_tuned_file_is_an_error_naming_it(tmp_path, broken):
     ((4096, 2112, 7168), CONFIG_A),    # exact
     ((3000, 2112, 7168), CONFIG_A),    # nearest M
     ((2, 2112, 7168), CONFIG_B),
-    ((64, 2112, 7168), CONFIG_A),      # log2 distance 6 to both M=1 and M=4096: the first entry wins
-    ((128, 2112, 7168), CONFIG_A),
+    ((64, 2112, 7168), CONFIG_B),      # decode M takes decode entries (M=1), however far
+    ((256, 2112, 7168), CONFIG_B),
+    ((512, 2112, 7168), CONFIG_A),     # the M=4096 entry; the M=1 one (9 octaves away) is decode
+    ((300, 64, 64), CONFIG_A),         # past DECODE_MAX_M: never the M=1 entry
     ((4096, 16384, 2048), CONFIG_C),   # nearest (N, K)
 ])
 def test_nearest_bucket(shape, expected):
@@ -67,6 +69,11 @@ def test_nearest_bucket(shape, expected):
 
 def test_nearest_bucket_without_entries_is_none():
     assert portable.nearest_entry([], 1, 2, 3) is None
+
+
+def test_nearest_bucket_crosses_the_decode_boundary_only_without_entries_on_its_side():
+    only_decode = [((1, 2112, 7168), CONFIG_B)]
+    assert portable.nearest_entry(only_decode, 4096, 2112, 7168) == CONFIG_B
 
 
 def test_choose_config_reads_the_tuned_file_of_the_arch_and_falls_back_to_defaults(monkeypatch, tmp_path):
@@ -196,3 +203,36 @@ def test_sweep_logic_with_a_fake_gpu(monkeypatch, tmp_path):
     assert entries[4096, 2112, 7168] == PortableGemmConfig(64, 128, 128, 16, 4, 3)
     # one tile row at M = 64: no group-size refinement
     assert entries[64, 576, 7168] == PortableGemmConfig(64, 128, 128, 8, 4, 3)
+
+
+def test_an_interrupted_sweep_keeps_the_entries_it_did_not_reach(monkeypatch, tmp_path):
+    import types
+
+    from dg_triton import testing
+
+    calls = []
+
+    def fake_problem(family, m, n, k):
+        if (m, n, k) == (128, 576, 7168):
+            raise KeyboardInterrupt  # the second shape never finishes
+        return (lambda config: calls.append(config) or types.SimpleNamespace(n_spills=0)), lambda: 0.0
+
+    monkeypatch.setattr(tune, "_problem", fake_problem)
+    monkeypatch.setattr(testing, "bench_graph", lambda fn, **kw: (fn(), 1.0)[1])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: types.SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
+    monkeypatch.setattr(portable, "device_capability", lambda device: (9, 0))
+    path = portable.tuned_file_path("sm90", portable.FP8_GEMM_1D2D, tmp_path)
+    old = [{"m": 64, "n": 2112, "k": 7168, "config": CONFIG_B}, {"m": 128, "n": 576, "k": 7168, "config": CONFIG_B},
+           {"m": 7, "n": 8, "k": 9, "config": CONFIG_C}]
+    portable.write_tuned_file(path, portable.make_tuned_document(portable.FP8_GEMM_1D2D, "sm90", "Fake GPU", old))
+    with pytest.raises(KeyboardInterrupt):
+        tune.sweep(portable.FP8_GEMM_1D2D, [(64, 2112, 7168), (128, 576, 7168)], tmp_path, rep_ms=1)
+    entries = dict(portable.read_tuned_file(path))
+    portable.clear_caches()
+    assert set(entries) == {(64, 2112, 7168), (128, 576, 7168), (7, 8, 9)}
+    assert entries[64, 2112, 7168] == calls[0]               # re-measured (every candidate tied)
+    assert entries[128, 576, 7168] == CONFIG_B and entries[7, 8, 9] == CONFIG_C   # untouched
