@@ -64,19 +64,20 @@ def _config(block_m, block_n, block_k, num_warps, num_stages, group_m=8) -> Port
 # registers; "mma" for the mma.sync GPUs (SM80, SM86, SM89, SM120), which hold both operand
 # slices in registers: their tiles are smaller (64 x 128 x 128 FP8 on 4 warps spills there, on
 # 8 warps it does not). M <= 32 (decode) takes narrow tiles so that N alone spreads the work.
-# FP8 keeps two FP32 tiles live (the sum and the block's partial product): 128 x 128 on 8 warps
-# leaves a stack frame on SM100 with the skip-head-mid epilogue, 64 x 256 does not.
+# Larger M takes what the H200 sweep picked most (autotune_configs/sm90/*_portable.json): FP8
+# 64 x 128 on one warpgroup, 3 stages (151 registers and 74 KB: three CTAs share an SM, so one's
+# promotion FMAs overlap another's wgmma; 844 TFLOPS at 4096x2112x7168 where 64 x 256 on 8 warps
+# gave 558), BF16 128 x 128 on 8 warps, 4 stages (572 vs 445 for 128 x 256, benchmarks/NOTES.md).
 _DEFAULTS = {
     ("async", BF16_GEMM): ((32, _config(16, 64, 128, 4, 4)),
                            (64, _config(64, 128, 64, 4, 4)),
-                           (128, _config(128, 128, 64, 8, 4)),
-                           (None, _config(128, 256, 64, 8, 3))),
+                           (None, _config(128, 128, 64, 8, 4))),
     ("mma", BF16_GEMM): ((32, _config(16, 64, 128, 4, 4)),
                          (64, _config(64, 128, 64, 4, 4)),
                          (None, _config(128, 128, 64, 8, 3))),
     ("async", FP8_GEMM_1D2D): ((32, _config(16, 64, 128, 4, 4)),
                                (128, _config(64, 128, 128, 4, 4)),
-                               (None, _config(64, 256, 128, 8, 3))),
+                               (None, _config(64, 128, 128, 4, 3))),
     ("mma", FP8_GEMM_1D2D): ((32, _config(16, 64, 128, 4, 4)),
                              (None, _config(64, 128, 128, 8, 3))),
 }
