@@ -15,7 +15,8 @@ Implementation (deliberately simple): ``ks_cpu`` is on the host, so each non-emp
 launch of the existing dense kernels with accumulation, on the current stream -- the SM90 FP8 1D1D
 kernel (fp32 D, c) and the SM90 BF16 kernel with A and B MN-major, or on other devices and under
 the Triton interpreter the portable Triton GEMMs (dispatch.py). Group g's operands, scale factors
-and D are views into the caller's tensors (no copies). Nothing reads device data on the host, so a
+and D are views into the caller's tensors (scale factors not already in the TMA-aligned MN-major
+layout are transformed once per call). Nothing reads device data on the host, so a
 call can be captured in a CUDA graph (after one warm call has compiled its kernels). ``c`` is
 copied into ``d`` once when it is not ``d``; empty groups then already hold ``d[g] = c[g]``. The cost
 against one persistent kernel over all groups: a launch per group and a wave-quantization tail

@@ -352,7 +352,8 @@ def bf16_gemm(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, 
     strides (one of each pair 1), d [M, N] bf16/fp32 with stride(1) == 1. `accumulate`: d holds
     c. `config` forces a tile config (tests, sweeps); None picks one (dg_triton.portable).
     `use_tma` forces the TMA-descriptor operand path on (where the operands allow it) or off;
-    None takes it on GPUs that have TMA. Returns Triton's compiled GEMM kernel."""
+    None takes it on GPUs that have TMA. Returns Triton's compiled GEMM kernel (None under the
+    interpreter)."""
     _check_runnable(d)
     m, k = a.shape
     n = b.shape[0]
