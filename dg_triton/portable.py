@@ -222,6 +222,16 @@ def default_config(family: str, m: int, capability: tuple[int, int], shared_memo
     return config._replace(num_stages=stages)
 
 
+def config_for_accumulation(config: PortableGemmConfig) -> PortableGemmConfig:
+    """The config an accumulating call (D read as c) runs: its epilogue holds D's tile beside the
+    FP32 sum, so a tile of more than 64 FP32 values per thread (the BF16 sweep's 256 x 128 on 8
+    warps) is halved along M, which would otherwise leave a stack frame (the compile tests hold
+    the shipped configs to none)."""
+    while config.block_m > 16 and config.block_m * config.block_n > 64 * 32 * config.num_warps:
+        config = config._replace(block_m=config.block_m // 2)
+    return config
+
+
 _chosen: dict = {}
 
 

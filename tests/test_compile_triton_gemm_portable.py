@@ -206,6 +206,12 @@ def test_shipped_sm90_tuned_configs_compile_without_spills(family, config):
     split = config.split_k > 1
     if family == portable.BF16_GEMM:
         _check(_bf16_kernel(90, config, True, True, "bf16", False, split=split), 90, "bf16", config)
+        # the entry also serves wgrad (A and B MN-major, fp32 D accumulated: the launcher runs
+        # config_for_accumulation's tile) and dgrad shapes
+        accumulating = portable.config_for_accumulation(config)
+        _check(_bf16_kernel(90, accumulating, False, False, "fp32", True, split=split), 90, "bf16", accumulating)
     else:
         kind, out = ("1d2d", "bf16") if family == portable.FP8_GEMM_1D2D else ("1d1d", "fp32")
+        if kind == "1d1d":
+            config = portable.config_for_accumulation(config)
         _check(_fp8_kernel(90, config, kind, out, kind == "1d1d", split=split), 90, "fp8", config)

@@ -236,3 +236,10 @@ def test_an_interrupted_sweep_keeps_the_entries_it_did_not_reach(monkeypatch, tm
     assert set(entries) == {(64, 2112, 7168), (128, 576, 7168), (7, 8, 9)}
     assert entries[64, 2112, 7168] == calls[0]               # re-measured (every candidate tied)
     assert entries[128, 576, 7168] == CONFIG_B and entries[7, 8, 9] == CONFIG_C   # untouched
+
+
+def test_accumulating_calls_halve_tiles_that_hold_too_much_per_thread():
+    wide = PortableGemmConfig(256, 128, 64, 8, 8, 4)
+    assert portable.config_for_accumulation(wide) == PortableGemmConfig(128, 128, 64, 8, 8, 4)
+    assert portable.config_for_accumulation(CONFIG_A) == CONFIG_A      # 128 x 128 on 8 warps: 64 each
+    assert portable.config_for_accumulation(CONFIG_B) == CONFIG_B

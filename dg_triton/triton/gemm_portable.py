@@ -359,6 +359,8 @@ def bf16_gemm(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, 
     n = b.shape[0]
     if config is None:
         config = portable.choose_config(portable.BF16_GEMM, m, n, k, d.device)
+        if accumulate:
+            config = portable.config_for_accumulation(config)
         dispatch.print_config_once(function, (m, n, k), d.device, config)
     a_k_major, b_k_major = a.stride(1) == 1, b.stride(1) == 1
     a_desc = b_desc = None
@@ -411,6 +413,8 @@ def fp8_gemm(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     family = portable.FP8_GEMM_1D2D if kind == "1d2d" else portable.FP8_GEMM_1D1D
     if config is None:
         config = portable.choose_config(family, m, n, k, d.device)
+        if accumulate:
+            config = portable.config_for_accumulation(config)
         dispatch.print_config_once(function, (m, n, k), d.device, config)
     left, mid, right = head_splits if head_splits is not None else (0, 0, 0)
     as_bits = fp8_operand_mode(d.device) if fp8_as_bits is None else fp8_as_bits

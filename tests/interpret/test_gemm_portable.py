@@ -254,6 +254,37 @@ def test_fp8_tma_path_and_split_k(kind, block_n, split_k, use_tma, monkeypatch):
     _check(d, expected, FP8_DEQUANTIZED_THRESHOLD, f"{what} {kind} {config}")
 
 
+def test_operands_that_break_tma_rules_take_the_pointer_path(monkeypatch):
+    """use_tma asked for, but B's row stride is not a 16-byte multiple (N = 100 MN-major rows of
+    bf16): no descriptor is built for it, both operands go through pointers, the result is right."""
+    descriptors = _record_descriptors(monkeypatch)
+    generator, what = _generator()
+    m, n, k = 64, 100, 192
+    a = _randn((m, k), generator, torch.bfloat16)
+    b = _randn((k, n), generator, torch.bfloat16).T     # [N, K] with strides (1, 100)
+    d = torch.full((m, n), float("nan"))
+    gemm_portable.bf16_gemm("test", a, b, d, False, PortableGemmConfig(32, 64, 64, 2, 4, 1), use_tma=True)
+    assert descriptors[0] is not None and descriptors[1] is None
+    _check(d, reference.bf16_gemm_reference(a, b, None, torch.float32), BF16_THRESHOLD, what)
+
+
+def test_fp8_skip_head_mid_ignores_split_k():
+    """Split-K has no column remap in its reduction, so a split config runs unsplit with head_splits."""
+    generator, what = _generator()
+    left, mid, right = 32, 16, 32
+    m, n, k = 7, 128, 512
+    _, _, (a, sfa), (b, sfb) = _fp8_operands(m, n, k, generator, False)
+    heads = n // (left + right)
+    d = torch.full((m, heads * (left + mid + right)), float("nan"), dtype=torch.bfloat16)
+    d.view(m, heads, -1)[:, :, left:left + mid] = 4096.0
+    expected = reference_fp8.fp8_gemm_nt_skip_head_mid_reference((a, sfa), (b, sfb), d, (left, mid, right))
+    gemm_portable.fp8_gemm("test", a, get_mn_major_tma_aligned_tensor(sfa), b, sfb, d, "1d2d", False,
+                           head_splits=(left, mid, right),
+                           config=PortableGemmConfig(16, 32, 128, 2, 4, 1, split_k=4))
+    assert (d.view(m, heads, -1)[:, :, left:left + mid] == 4096.0).all(), "mid columns were written"
+    _check(d, expected, FP8_DEQUANTIZED_THRESHOLD, what)
+
+
 def test_fp8_skip_head_mid_leaves_the_mid_columns():
     generator, what = _generator()
     left, mid, right = 32, 16, 32
