@@ -162,6 +162,19 @@ def test_tune_without_a_gpu_says_so(capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
+def _fake_gpu(monkeypatch):
+    """The device queries tune.sweep makes, answered as an H200 would (the timings are faked by
+    the tests themselves)."""
+    import types
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: types.SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
+    monkeypatch.setattr(portable, "device_capability", lambda device: (9, 0))
+
+
 def test_sweep_logic_with_a_fake_gpu(monkeypatch, tmp_path):
     """tune.sweep end to end with the GPU parts faked: a cost model stands in for the timings. The
     cheapest candidate wins, spilling candidates are skipped, the winner's group size is refined,
@@ -185,12 +198,7 @@ def test_sweep_logic_with_a_fake_gpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tune, "_problem", fake_problem)
     monkeypatch.setattr(testing, "bench_graph", lambda fn, **kw: (fn(), cost(runs[-1]))[1])
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda *a: types.SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
-    monkeypatch.setattr(portable, "device_capability", lambda device: (9, 0))
+    _fake_gpu(monkeypatch)
     path = portable.tuned_file_path("sm90", portable.FP8_GEMM_1D2D, tmp_path)
     portable.write_tuned_file(path, portable.make_tuned_document(
         portable.FP8_GEMM_1D2D, "sm90", "Fake GPU", [{"m": 7, "n": 8, "k": 9, "config": CONFIG_B}]))
@@ -219,12 +227,7 @@ def test_an_interrupted_sweep_keeps_the_entries_it_did_not_reach(monkeypatch, tm
 
     monkeypatch.setattr(tune, "_problem", fake_problem)
     monkeypatch.setattr(testing, "bench_graph", lambda fn, **kw: (fn(), 1.0)[1])
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda *a: types.SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
-    monkeypatch.setattr(portable, "device_capability", lambda device: (9, 0))
+    _fake_gpu(monkeypatch)
     path = portable.tuned_file_path("sm90", portable.FP8_GEMM_1D2D, tmp_path)
     old = [{"m": 64, "n": 2112, "k": 7168, "config": CONFIG_B}, {"m": 128, "n": 576, "k": 7168, "config": CONFIG_B},
            {"m": 7, "n": 8, "k": 9, "config": CONFIG_C}]
