@@ -30,7 +30,7 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 import dg_triton  # noqa: E402
 from dg_triton import reference_grouped  # noqa: E402
-from dg_triton.testing import calc_diff  # noqa: E402
+from dg_triton.testing import calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils import layout as mk_layout  # noqa: E402
 from dg_triton.utils.math import align, ceil_div  # noqa: E402
 from test_fp8_gemm_kernel_gpu import scale_groups_apart  # noqa: E402
@@ -239,13 +239,7 @@ def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():
     _, b_fp8 = quantized_b(num_groups, n, k)
     d = nan_like((num_groups, max_m, n))
     masked_m = torch.tensor([10] * num_groups, dtype=torch.int32, device="cuda")
-    dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 64)   # warm: compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 64)
+    graph = capture_graph(lambda: dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 64))
     for counts in ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2], [0] * num_groups, [max_m] * num_groups):
         d.fill_(float("nan"))
         masked_m.copy_(torch.tensor(counts, dtype=torch.int32))

@@ -27,7 +27,7 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 import dg_triton  # noqa: E402
 from dg_triton import dispatch, reference_grouped  # noqa: E402
-from dg_triton.testing import calc_diff  # noqa: E402
+from dg_triton.testing import calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils import layout as mk_layout  # noqa: E402
 from dg_triton.utils.math import align  # noqa: E402
 
@@ -282,13 +282,7 @@ def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():
     a, b = randn(num_groups, max_m, k), randn(num_groups, n, k)
     d = nan_like((num_groups, max_m, n))
     masked_m = torch.tensor([10] * num_groups, dtype=torch.int32, device="cuda")
-    dg_triton.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 64)   # warm: compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            dg_triton.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 64)
+    graph = capture_graph(lambda: dg_triton.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 64))
     for counts in ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2], [0] * num_groups):
         d.fill_(NAN)
         masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
@@ -307,11 +301,7 @@ def test_contiguous_in_a_cuda_graph_reads_the_layout_on_every_replay():
     a, b = randn(m, k), randn(num_groups, n, k)
     d = nan_like((m, n))
     layout = index_layout([256, 256, 256, 256], 128)
-    dg_triton.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        dg_triton.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    graph = capture_graph(lambda: dg_triton.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout))
     for sizes in ([500, 0, 100, 200], [0, 0, 0, 1000], [1, 1, 1, 1]):
         new_layout = index_layout(sizes, 128)
         padded = torch.full((m,), -1, dtype=torch.int32, device="cuda")

@@ -20,7 +20,7 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     pytest.skip("needs an SM90 GPU", allow_module_level=True)
 
 import moe_forward  # noqa: E402
-from dg_triton.testing import assert_bitwise_equal, calc_diff  # noqa: E402
+from dg_triton.testing import assert_bitwise_equal, calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils import layout as mk_layout  # noqa: E402
 
 PATTERNS = ["distinct", "subset", "one", "unused"]
@@ -121,15 +121,9 @@ def test_moe_forward_cuda_graph_replay_equals_eager(fp8, use_psum_layout):
     x = moe_forward.random_tokens(tokens, hidden)
     topk_ids, topk_weights = moe_forward.random_routing(tokens, topk, experts)
 
-    # Warm-up on a side stream (JIT compiles, Triton autotuning, allocator), as bench_graph does.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        pipeline(x, topk_ids, topk_weights)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_graph = pipeline(x, topk_ids, topk_weights)
+    outputs = []   # the warm-up call's, then the captured call's (the graph's output tensor)
+    graph = capture_graph(lambda: outputs.append(pipeline(x, topk_ids, topk_weights)))
+    y_graph = outputs[-1]
 
     for pattern in ["distinct", "one", "subset", "unused"]:
         new_ids, new_weights = moe_forward.random_routing(tokens, topk, experts, pattern)
