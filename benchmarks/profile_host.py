@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dg_triton  # noqa: E402
-from dg_triton import settings, testing, validation  # noqa: E402
+from dg_triton import dispatch, settings, testing, validation  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 
 
@@ -30,6 +30,7 @@ def main():
         steps = {
             "whole call": lambda: dg_triton.bf16_gemm_nt(a, b, d),
             "validation": lambda: validation.bf16_gemm("bf16_gemm_nt", a, b, d, None),
+            "dispatch": lambda: dispatch.backend_of("bf16_gemm_nt", d, 0, (dispatch.SM90,)),
             "plan lookup": lambda: sm90_bf16_gemm._plans.get(key_parts),
             "3 descriptors": lambda: (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)),
             "current stream": lambda: sm90_bf16_gemm._current_stream(0),

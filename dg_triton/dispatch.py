@@ -103,35 +103,66 @@ def _choose(function: str, device: torch.device, available: tuple[str, ...]) -> 
 # Choices per (function, device, available, DG_BACKEND[, TRITON_INTERPRET off CUDA]): the per-call
 # cost is an environment read and a dict look-up, not the building of a reason string.
 _choices: dict = {}
+# backend_of's choices for CUDA tensors, per (function, device index, available, DG_BACKEND): no
+# torch.device is built on the warm path (~0.8 us on the H200's host).
+_cuda_choices: dict = {}
 # The reason of the latest choice per (function, device), for print_config_once.
 _reasons: dict = {}
-_environ = os.environ
+
+try:
+    # os.environ.get encodes the name and decodes the value on every read (~0.8 us); the encoded
+    # dict it keeps in step with every os.environ change answers the same in ~0.05 us (POSIX).
+    _environ_data = os.environ._data
+    _BACKEND_KEY = os.environ.encodekey(_BACKEND_VARIABLE)
+
+    def _backend_setting():
+        return _environ_data.get(_BACKEND_KEY)
+except AttributeError:  # an os.environ without them: the plain read
+    def _backend_setting():
+        return os.environ.get(_BACKEND_VARIABLE)
 
 
 def backend(function: str, device: torch.device, available: tuple[str, ...]) -> str:
     """The backend for `function` on `device` among those that implement it (see the module
     docstring), else NotImplementedError naming the function and the architecture."""
-    if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
-        available += (PORTABLE,)
-    key = (function, device, available, _environ.get(_BACKEND_VARIABLE))
-    if device.type != "cuda":  # an environment read costs ~0.3-2 us: only where it matters
-        key += (_environ.get("TRITON_INTERPRET"),)
+    key = (function, device, available, _backend_setting())
+    if device.type != "cuda":  # only off CUDA does the interpreter matter
+        key += (os.environ.get("TRITON_INTERPRET"),)
     choice = _choices.get(key)
     if choice is None:
-        choice = _choices[key] = _choose(function, device, available)
+        if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
+            choice = _choose(function, device, available + (PORTABLE,))
+        else:
+            choice = _choose(function, device, available)
+        _choices[key] = choice
     chosen, reason = choice
     if chosen is not None:
         _reasons[function, device] = reason
         return chosen
+    if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
+        available += (PORTABLE,)
     names = ", ".join("portable Triton" if a == PORTABLE else a.upper() for a in available)
     raise NotImplementedError(f"{function}: no kernel for this device ({reason}); {function} has "
                               f"{names} kernels")
+
+
+def backend_of(function: str, t: torch.Tensor, device_index: int, available: tuple[str, ...]) -> str:
+    """backend() for the device of tensor `t` (`device_index` = t.get_device()), without building
+    t.device on the warm path of a CUDA tensor."""
+    if not t.is_cuda:
+        return backend(function, t.device, available)
+    key = (function, device_index, available, _backend_setting())
+    chosen = _cuda_choices.get(key)
+    if chosen is None:
+        chosen = _cuda_choices[key] = backend(function, t.device, available)  # or raises
+    return chosen
 
 
 def clear_caches() -> None:
     """Forget the device facts and choices (tests that fake devices)."""
     _backend_for_device.cache_clear()
     _choices.clear()
+    _cuda_choices.clear()
     _reasons.clear()
 
 

@@ -38,7 +38,8 @@ __all__ = [
 def _launch(function: str, rules, ops, scaling, d, c, compiled_dims: str, disable_ue8m0_cast: bool,
             head_splits) -> None:
     """A validated, non-empty problem: SF layouts, then the SM90 or the portable kernel."""
-    backend = dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d or the SFs
+    # refuse before touching d or the SFs
+    backend = dispatch.backend_of(function, d, ops.device_index, (dispatch.SM90,))
     m, n, k = ops.m, ops.n, ops.k
     if rules is validation_fp8.SM90_RULES:
         # What transform_sf_into_required_layout does with SFs the SM90 rules have already

@@ -20,7 +20,7 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
         elif c is not d:
             d.copy_(c)
         return
-    backend = dispatch.backend(function, d.device, (dispatch.SM90,))  # refuse before touching d
+    backend = dispatch.backend_of(function, d, device_index, (dispatch.SM90,))  # refuse before touching d
     if c is not None and c is not d:
         d.copy_(c)
     if backend == dispatch.PORTABLE:

@@ -1,0 +1,59 @@
+"""One GEMM call of one variant between cudaProfilerStart/Stop, for Nsight Compute counters
+(`ncu --profile-from-start off`: only that call's kernel is profiled; warm-up and casts are not).
+Used to compare where ours and cuBLAS spend an SM's cycles on the same shape:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
+        python3 benchmarks/probe_ncu.py fp8_128x128 [M N K]
+
+Variants: bf16 (our heuristic config), cublas_bf16, fp8 (our heuristic config), fp8_BMxBN (a
+forced 1D2D tile), cublas_fp8 (block-wise torch._scaled_mm).
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import dg_triton  # noqa: E402
+from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
+from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
+
+
+def call_for(variant: str, m: int, n: int, k: int):
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    if variant == "bf16":
+        return lambda: dg_triton.bf16_gemm_nt(a, b, d)
+    if variant == "cublas_bf16":
+        return lambda: torch.matmul(a, b.T, out=d)
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+    if variant == "fp8":
+        return lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_q, sfb), d)
+    if variant == "cublas_fp8":
+        scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
+        return lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+    block_m, block_n = (int(x) for x in variant.removeprefix("fp8_").split("x"))
+    config = heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, 1, 1)
+    layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
+    problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+    return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config)
+
+
+def main():
+    variant = sys.argv[1]
+    m, n, k = (int(x) for x in (sys.argv[2:5] if len(sys.argv) >= 5 else (4096, 4096, 7168)))
+    call = call_for(variant, m, n, k)
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    main()
