@@ -79,11 +79,25 @@ struct Fp8GemmTraits {
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
     using Mma = WgmmaFp8<kBlockN>;
 
+
     // 1D2D: how many 128-column scale blocks of B a tile can overlap. Tiles start at multiples of
     // BLOCK_N, so a tile's offset inside its first scale block is a multiple of gcd(BLOCK_N, 128).
     static constexpr uint32_t kScaleAlign = (kBlockN % 128 == 0) ? 128 : (kBlockN % 64 == 0) ? 64
                                           : (kBlockN % 32 == 0) ? 32 : 16;
     static constexpr uint32_t kScaleBlocksPerTile = (kScaleGroup - kScaleAlign + kBlockN - 1) / kScaleGroup + 1;
+
+    // Whether a second set of partial sums lets one K block's wgmmas run under the previous
+    // block's promotion: acc plus two partial sets (3 x BLOCK_N / 2 FP32) plus the block's
+    // scales must leave the consumer's other registers room under kConsumerRegisters, and a
+    // 1D2D tile must sit in one scale block (with several tile offsets, 64x96 ran out of
+    // registers for the wgmma pipeline: ptxas C7511).
+    static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kBlockN / 4 + 2 : 4;
+    static constexpr bool kOverlapPromotion = 3 * kBlockN / 2 + kNumScaleRegisters <= 200 &&
+                                              (kScaleBPerColumn || kScaleBlocksPerTile == 1);
+    static constexpr uint32_t kNumPartials = kOverlapPromotion ? 2 : 1;
+    // K blocks per overlapped chain (consume_fp8): all but the chain's last promotion overlap
+    // the next block's wgmmas. Four leaves ~7 % of a 128x128 tile's MMA time exposed.
+    static constexpr uint32_t kPromotionChain = 4;
 
     // Shared-memory plan (read by SharedPlan): stages, epilogue staging, the stages' scales
     // (after the staging, which must stay 1024-aligned for its swizzle), barriers. Mirrored by
@@ -227,6 +241,32 @@ struct BlockScalesB1d2d {
     }
 };
 
+// The scales one K block's promotion uses, taken in K-block order: sfa (and 1D1D sfb) from the
+// block's stage, and for 1D2D the sfb loaded one block earlier, whose successor is loaded now.
+template <class T>
+struct KBlockScales {
+    BlockScales<T> current;
+    float next_b[BlockScales<T>::kNumB];
+
+    __device__ __forceinline__ void take(uint32_t slot, const typename BlockScales<T>::SlotOffsets& offsets,
+                                         BlockScalesB1d2d<T>& b_rows, bool last) {
+        current.read_stage(slot, offsets);
+        if constexpr (!T::kScaleBPerColumn) {
+#pragma unroll
+            for (uint32_t j = 0; j < BlockScales<T>::kNumB; ++j)
+                current.b[j] = next_b[j];
+            if (!last)
+                b_rows.load_next(next_b);
+        }
+    }
+};
+
+// A compile-time chain length for consume_fp8's generic lambda (C++17: no template lambdas).
+template <uint32_t kLength>
+struct ChainLength {
+    static constexpr uint32_t value = kLength;
+};
+
 // The promotion of one K block's partial sums into the accumulators.
 template <class T>
 struct Promotion {
@@ -324,8 +364,10 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                   "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters");
     setmaxnreg_inc<T::kConsumerRegisters>();
     float acc[T::kBlockN / 2];
-    float partial[T::kBlockN / 2];
-    PipelineState pipe;
+    float partial[T::kNumPartials][T::kBlockN / 2];
+    // Stage ring positions: the next K block to issue, and the oldest issued one not yet promoted
+    // (one behind when promotion overlaps the next block's wgmmas).
+    PipelineState pipe, done;
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
@@ -334,6 +376,22 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 
     const uint32_t scale_slots = smem_addr(plan.tiles_a + (T::kOffsetScales - T::kOffsetA));
     const typename BlockScales<T>::SlotOffsets slot_offsets(math_wg);
+
+    // Waits for the next K block's stage, issues its four wgmmas into `block_partial`, commits.
+    auto issue = [&](float* block_partial) {
+        mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
+        // Descriptors differ from stage 0's only in the start-address field (address / 16,
+        // 14 bits: no carry below 256 KB), so they are offsets of two precomputed ones.
+        const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes) >> 4);
+        const uint64_t stage_b = desc_b0 + ((pipe.stage * T::kTileBBytes) >> 4);
+        wgmma_fence_operands<T::kBlockN / 2>(block_partial);
+        wgmma_fence();
+#pragma unroll
+        for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks)
+            T::Mma::mma(stage_a + ks * kStep / 16, stage_b + ks * kStep / 16, block_partial, ks > 0);
+        wgmma_commit_group();
+        pipe.advance<T::kNumStages>();
+    };
 
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
@@ -349,41 +407,63 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 #pragma unroll
         for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
             acc[i] = 0.0f;
-        BlockScales<T> current;
-        float next_b[BlockScales<T>::kNumB];
         [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
+        KBlockScales<T> block_scales;
         if constexpr (!T::kScaleBPerColumn) {
             if (unit.k_block_begin < unit.k_block_end)
-                b_rows.load_next(next_b);
+                b_rows.load_next(block_scales.next_b);
         }
-        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-            if constexpr (!T::kScaleBPerColumn) {
+        // The oldest unpromoted K block: its scales (from its stage, which it still holds; `last`:
+        // no later block of the tile needs a 1D2D sfb load), then, once its wgmmas are done, the
+        // release of its stage and its promotion.
+        auto read_scales = [&](bool last) {
+            block_scales.take(scale_slots + done.stage * T::kScaleStageBytes, slot_offsets, b_rows, last);
+        };
+        auto promote_block = [&](float* block_partial) {
+            wgmma_fence_operands<T::kBlockN / 2>(block_partial);
+            release_stage<T>(&plan.empty[done.stage], cluster_rank);
+            done.advance<T::kNumStages>();
+            Promotion<T>::promote(acc, block_partial, n0, block_scales.current);
+        };
+        if constexpr (T::kOverlapPromotion) {
+            // Two partial sets: block i + 1's wgmmas are issued before block i is promoted, so they
+            // run under its FFMAs instead of leaving the tensor core idle. The K blocks go in
+            // chains of up to kPromotionChain that start and end with no wgmma in flight: with a
+            // group in flight across a loop's back edge, ptxas serializes every wgmma (C7514), so
+            // only the last promotion of each chain runs alone.
+            auto chain = [&](auto length, bool ends_tile) {
+                constexpr uint32_t kLength = decltype(length)::value;
+                issue(partial[0]);
 #pragma unroll
-                for (uint32_t j = 0; j < BlockScales<T>::kNumB; ++j)
-                    current.b[j] = next_b[j];
-                if (kb + 1 < unit.k_block_end)
-                    b_rows.load_next(next_b);
+                for (uint32_t i = 1; i < kLength; ++i) {
+                    issue(partial[i % 2]);
+                    read_scales(false);
+                    wgmma_wait_group<1>();
+                    promote_block(partial[(i - 1) % 2]);
+                }
+                read_scales(ends_tile);
+                wgmma_wait_group<0>();
+                promote_block(partial[(kLength - 1) % 2]);
+            };
+            constexpr uint32_t kChain = T::kPromotionChain;
+            uint32_t kb = unit.k_block_begin;
+            for (; kb + kChain <= unit.k_block_end; kb += kChain)
+                chain(ChainLength<kChain>{}, kb + kChain == unit.k_block_end);
+            const uint32_t rest = unit.k_block_end - kb;   // < kChain
+            if (rest >= 3 && kChain > 3)
+                chain(ChainLength<(kChain > 3 ? 3 : 1)>{}, true);
+            else if (rest == 2 && kChain > 2)
+                chain(ChainLength<2>{}, true);
+            else if (rest == 1)
+                chain(ChainLength<1>{}, true);
+        } else {
+            for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
+                issue(partial[0]);
+                // The scales are read under the block's wgmmas.
+                read_scales(kb + 1 == unit.k_block_end);
+                wgmma_wait_group<0>();
+                promote_block(partial[0]);
             }
-
-            mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
-            // Descriptors differ from stage 0's only in the start-address field (address / 16,
-            // 14 bits: no carry below 256 KB), so they are offsets of two precomputed ones.
-            const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes) >> 4);
-            const uint64_t stage_b = desc_b0 + ((pipe.stage * T::kTileBBytes) >> 4);
-            wgmma_fence_operands<T::kBlockN / 2>(partial);
-            wgmma_fence();
-#pragma unroll
-            for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks) {
-                T::Mma::mma(stage_a + ks * kStep / 16, stage_b + ks * kStep / 16, partial, ks > 0);
-            }
-            wgmma_commit_group();
-            // The stage's scales, read under the MMAs and before the stage is released.
-            current.read_stage(scale_slots + pipe.stage * T::kScaleStageBytes, slot_offsets);
-            wgmma_wait_group<0>();
-            wgmma_fence_operands<T::kBlockN / 2>(partial);
-            release_stage<T>(&plan.empty[pipe.stage], cluster_rank);
-            pipe.advance<T::kNumStages>();
-            Promotion<T>::promote(acc, partial, n0, current);
         }
         if constexpr (T::kSplitK) {
             // (The host never splits skip-head-mid problems: this store has no column remap.)
