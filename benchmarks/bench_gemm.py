@@ -244,9 +244,13 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
     counterpart and is compared with 1D2D on the same shape in the summary."""
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-    a_fp8 = dg_triton.per_token_cast_to_fp8(a, False)
+    # Per-token scales as the cast writes them in the kernel's layout (TMA-aligned MN-major, API.md
+    # 2.3), as cuBLAS gets its scales in its own layout below: neither call transforms scales
+    # inside the timed region.
+    a_fp8 = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
     per_token_b = kind == "1d1d"
-    b_fp8 = dg_triton.per_token_cast_to_fp8(b, False) if per_token_b else dg_triton.per_block_cast_to_fp8(b, False)
+    b_fp8 = (dg_triton.per_token_cast_to_fp8(b, False, tma_aligned_sf=True) if per_token_b
+             else dg_triton.per_block_cast_to_fp8(b, False))
     ref = a.float() @ b.float().T
     if kind == "1d1d":
         d = torch.zeros(m, n, dtype=torch.float32, device="cuda")

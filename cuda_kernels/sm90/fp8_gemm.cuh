@@ -93,11 +93,21 @@ struct Fp8GemmTraits {
     // registers for the wgmma pipeline: ptxas C7511).
     static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kBlockN / 4 + 2 : 4;
     static constexpr bool kOverlapPromotion = 3 * kBlockN / 2 + kNumScaleRegisters <= 200 &&
-                                              (kScaleBPerColumn || kScaleBlocksPerTile == 1);
+                                              (kScaleBPerColumn || kScaleBlocksPerTile == 1)
+#ifdef DG_PROBE_NO_PROMOTION_OVERLAP   // probe builds (benchmarks/probe_fp8.py) only
+                                              && false
+#endif
+        ;
     static constexpr uint32_t kNumPartials = kOverlapPromotion ? 2 : 1;
     // K blocks per overlapped chain (consume_fp8): all but the chain's last promotion overlap
     // the next block's wgmmas. Four leaves ~7 % of a 128x128 tile's MMA time exposed.
+#if defined(DG_PROBE_PROMOTION_CHAIN_8)
+    static constexpr uint32_t kPromotionChain = 8;
+#elif defined(DG_PROBE_PROMOTION_CHAIN_2)
+    static constexpr uint32_t kPromotionChain = 2;
+#else
     static constexpr uint32_t kPromotionChain = 4;
+#endif
 
     // Shared-memory plan (read by SharedPlan): stages, epilogue staging, the stages' scales
     // (after the staging, which must stay 1024-aligned for its swizzle), barriers. Mirrored by
@@ -449,12 +459,20 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             uint32_t kb = unit.k_block_begin;
             for (; kb + kChain <= unit.k_block_end; kb += kChain)
                 chain(ChainLength<kChain>{}, kb + kChain == unit.k_block_end);
-            const uint32_t rest = unit.k_block_end - kb;   // < kChain
-            if (rest >= 3 && kChain > 3)
-                chain(ChainLength<(kChain > 3 ? 3 : 1)>{}, true);
-            else if (rest == 2 && kChain > 2)
-                chain(ChainLength<2>{}, true);
-            else if (rest == 1)
+            // The rest (fewer than kChain blocks): chains of 4, 2 and 1 (kChain is 2, 4 or 8).
+            if constexpr (kChain > 4) {
+                if (unit.k_block_end - kb >= 4) {
+                    chain(ChainLength<4>{}, kb + 4 == unit.k_block_end);
+                    kb += 4;
+                }
+            }
+            if constexpr (kChain > 2) {
+                if (unit.k_block_end - kb >= 2) {
+                    chain(ChainLength<2>{}, kb + 2 == unit.k_block_end);
+                    kb += 2;
+                }
+            }
+            if (kb < unit.k_block_end)
                 chain(ChainLength<1>{}, true);
         } else {
             for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {

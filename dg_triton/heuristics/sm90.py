@@ -239,12 +239,25 @@ def make_fp8_config(kind: str, m: int, n: int, block_m: int, block_n: int, num_s
                        cluster_m, fp8_scale_stage_bytes(kind, block_m, block_n))
 
 
-def _fp8_tensor_core_efficiency(block_m: int, block_n: int) -> float:
+def fp8_overlaps_promotion(kind: str, block_n: int) -> bool:
+    """Mirrors Fp8GemmTraits::kOverlapPromotion (fp8_gemm.cuh): whether the tile keeps two
+    partial sets, so that a K block's wgmmas run under the previous block's promotion. acc plus
+    two partial sets plus the block's scales must fit the consumer's registers, and a 1D2D tile
+    must sit inside one 128-column scale block."""
+    scale_registers = block_n // 4 + 2 if kind == "1d1d" else 4
+    fits = 3 * block_n // 2 + scale_registers <= 200
+    return fits and (kind == "1d1d" or 128 % block_n == 0 or block_n % 128 == 0)
+
+
+def _fp8_tensor_core_efficiency(block_m: int, block_n: int, kind: str = "1d2d") -> float:
     """The BF16 model's efficiency, less the promotion's share: every 128-wide K block costs each
     consumer thread a fixed ~80 issued instructions plus block_n / 2 FFMAs (1D2D), so wider tiles
     amortize more. Fitted to the 2026-12-01 H200 sweep at M=4096: per K block, 59 % of peak at
-    block N 128, 62 % at 160, 65 % at 192 (bench_gemm.py --family fp8_gemm --sweep)."""
-    return _tensor_core_efficiency(block_m, block_n) * (0.72 + 0.07 * (block_n - 128) / 64)
+    block N 128, 62 % at 160, 65 % at 192 (bench_gemm.py --family fp8_gemm --sweep). A tile
+    whose promotion overlaps the next block's wgmmas runs 1.13x that (the same day's sweep of the
+    overlapped kernel: 128x128 beat 128x192 by 3-4 % once the wave counts are factored out)."""
+    efficiency = _tensor_core_efficiency(block_m, block_n) * (0.72 + 0.07 * (block_n - 128) / 64)
+    return efficiency * 1.13 if fp8_overlaps_promotion(kind, block_n) else efficiency
 
 
 def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
@@ -278,7 +291,7 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
             if config is None or (splits > 1 and config.num_splits != splits):
                 continue
             cycles = estimate_cycles(m, n, -(-k // 2), block_m, block_n, config.num_splits, num_sms,
-                                     _fp8_tensor_core_efficiency)
+                                     functools.partial(_fp8_tensor_core_efficiency, kind=kind))
             score = (cycles, config.num_splits, -(block_m * block_n))
             if best is None or score < best[0]:
                 best = (score, config)
