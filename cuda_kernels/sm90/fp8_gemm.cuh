@@ -100,13 +100,14 @@ struct Fp8GemmTraits {
         ;
     static constexpr uint32_t kNumPartials = kOverlapPromotion ? 2 : 1;
     // K blocks per overlapped chain (consume_fp8): all but the chain's last promotion overlap
-    // the next block's wgmmas. Four leaves ~7 % of a 128x128 tile's MMA time exposed.
-#if defined(DG_PROBE_PROMOTION_CHAIN_8)
-    static constexpr uint32_t kPromotionChain = 8;
-#elif defined(DG_PROBE_PROMOTION_CHAIN_2)
-    static constexpr uint32_t kPromotionChain = 2;
-#else
+    // the next block's wgmmas. Measured on the H200 (2026-12-01, 128x128, four M=4096 shapes):
+    // chains of 8 ran 3-5 % faster than chains of 4, 2 slower than 4, no overlap 6-10 % slower.
+#if defined(DG_PROBE_PROMOTION_CHAIN_16)
+    static constexpr uint32_t kPromotionChain = 16;
+#elif defined(DG_PROBE_PROMOTION_CHAIN_4)
     static constexpr uint32_t kPromotionChain = 4;
+#else
+    static constexpr uint32_t kPromotionChain = 8;
 #endif
 
     // Shared-memory plan (read by SharedPlan): stages, epilogue staging, the stages' scales
@@ -403,7 +404,48 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         pipe.advance<T::kNumStages>();
     };
 
-    typename Sched::Unit unit;
+    // A tile's store is deferred into the next tile's K loop, after that tile's first K blocks
+    // are issued, so the tensor core runs them while acc goes out (with 128x128 tiles the store
+    // is ~5 % of a K=7168 tile's MMA time and ~20 % of a K=2048 one's). `pending` is the tile
+    // whose finished acc awaits its store.
+    // Deferred only where the registers allow: with overlapped promotion (one partial set in
+    // flight during the store; without the overlap the set is as wide as acc) and not for the
+    // masked scheduler, whose larger unit kept alongside the pending one spilled.
+    constexpr bool kDeferStore = T::kOverlapPromotion && !Sched::kMasked;
+    typename Sched::Unit unit, pending;
+    bool has_pending = false;
+    [[maybe_unused]] bool pending_keep_row[2] = {true, true};
+    auto store_pending = [&]() {
+        const uint32_t pending_n0 = pending.n_block * T::kBlockN;
+        if constexpr (T::kSplitK) {
+            // (The host never splits skip-head-mid problems: this store has no column remap.)
+            T::SplitEpilogue::store(acc, pending, split.num_splits, scheduler.num_tiles, math_wg,
+                                    split.workspace, split.counters,
+                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
+                                    &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else if constexpr (Sched::kGrouped) {
+            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
+                acc, pending_keep_row, pending.rows_written, math_wg,
+                scheduler.a_row(pending) + math_wg * 64, pending_n0,
+                plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
+        } else {
+            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                               pending.m_block * T::kBlockM + math_wg * 64,
+                               skip_head_mid_column(pending_n0, scales), /*barrier_id=*/1 + math_wg);
+        }
+    };
+    // The previous tile's store, then fresh accumulators for this one.
+    auto start_accumulating = [&]() {
+        if (has_pending)
+            store_pending();
+#pragma unroll
+        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+            acc[i] = 0.0f;
+    };
+
     while (scheduler.next(unit)) {
         const uint32_t n0 = unit.n_block * T::kBlockN;
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
@@ -414,9 +456,6 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             for (uint32_t half = 0; half < 2; ++half)
                 keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
         }
-#pragma unroll
-        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
-            acc[i] = 0.0f;
         [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
         KBlockScales<T> block_scales;
         if constexpr (!T::kScaleBPerColumn) {
@@ -440,10 +479,14 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // run under its FFMAs instead of leaving the tensor core idle. The K blocks go in
             // chains of up to kPromotionChain that start and end with no wgmma in flight: with a
             // group in flight across a loop's back edge, ptxas serializes every wgmma (C7514), so
-            // only the last promotion of each chain runs alone.
-            auto chain = [&](auto length, bool ends_tile) {
+            // only the last promotion of each chain runs alone. The tile's first chain stores the
+            // previous tile once its first block is issued (with two in flight, the store's
+            // registers spilled).
+            auto chain = [&](auto length, bool starts_tile, bool ends_tile) {
                 constexpr uint32_t kLength = decltype(length)::value;
                 issue(partial[0]);
+                if (starts_tile)
+                    start_accumulating();
 #pragma unroll
                 for (uint32_t i = 1; i < kLength; ++i) {
                     issue(partial[i % 2]);
@@ -456,25 +499,35 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 promote_block(partial[(kLength - 1) % 2]);
             };
             constexpr uint32_t kChain = T::kPromotionChain;
-            uint32_t kb = unit.k_block_begin;
-            for (; kb + kChain <= unit.k_block_end; kb += kChain)
-                chain(ChainLength<kChain>{}, kb + kChain == unit.k_block_end);
-            // The rest (fewer than kChain blocks): chains of 4, 2 and 1 (kChain is 2, 4 or 8).
+            const uint32_t begin = unit.k_block_begin, end = unit.k_block_end;
+            uint32_t kb = begin;
+            for (; kb + kChain <= end; kb += kChain)
+                chain(ChainLength<kChain>{}, kb == begin, kb + kChain == end);
+            // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
+            if constexpr (kChain > 8) {
+                if (end - kb >= 8) {
+                    chain(ChainLength<8>{}, kb == begin, kb + 8 == end);
+                    kb += 8;
+                }
+            }
             if constexpr (kChain > 4) {
-                if (unit.k_block_end - kb >= 4) {
-                    chain(ChainLength<4>{}, kb + 4 == unit.k_block_end);
+                if (end - kb >= 4) {
+                    chain(ChainLength<4>{}, kb == begin, kb + 4 == end);
                     kb += 4;
                 }
             }
             if constexpr (kChain > 2) {
-                if (unit.k_block_end - kb >= 2) {
-                    chain(ChainLength<2>{}, kb + 2 == unit.k_block_end);
+                if (end - kb >= 2) {
+                    chain(ChainLength<2>{}, kb == begin, kb + 2 == end);
                     kb += 2;
                 }
             }
-            if (kb < unit.k_block_end)
-                chain(ChainLength<1>{}, true);
+            if (kb < end)
+                chain(ChainLength<1>{}, kb == begin, true);
         } else {
+            // (The previous tile was stored at its end: see kDeferStore.)
+            if (unit.k_block_begin < unit.k_block_end)
+                start_accumulating();
             for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
                 issue(partial[0]);
                 // The scales are read under the block's wgmmas.
@@ -483,25 +536,22 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 promote_block(partial[0]);
             }
         }
-        if constexpr (T::kSplitK) {
-            // (The host never splits skip-head-mid problems: this store has no column remap.)
-            T::SplitEpilogue::store(acc, unit, split.num_splits, scheduler.num_tiles, math_wg,
-                                    split.workspace, split.counters,
-                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
-                                    &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
-        } else if constexpr (Sched::kGrouped) {
-            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
-                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
-                plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
-        } else {
-            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                               unit.m_block * T::kBlockM + math_wg * 64,
-                               skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
+        // A unit without K blocks (a grouped padding tile) stores zeros.
+        if (unit.k_block_begin == unit.k_block_end)
+            start_accumulating();
+        pending = unit;
+        has_pending = true;
+        if constexpr (Sched::kGrouped) {
+            pending_keep_row[0] = keep_row[0];
+            pending_keep_row[1] = keep_row[1];
+        }
+        if constexpr (!kDeferStore) {
+            store_pending();
+            has_pending = false;
         }
     }
+    if (has_pending)
+        store_pending();
     T::Epilogue::finish();
 }
 
