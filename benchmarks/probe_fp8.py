@@ -31,13 +31,16 @@ def main():
                         help="comma-separated macro sets ('+' joins macros; empty = baseline)")
     parser.add_argument("--block-ns", default="128,192")
     parser.add_argument("--kinds", default="1d2d,1d1d")
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                        help="comma-separated MxNxK")
     args = parser.parse_args()
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
     variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",")]
     block_ns = [int(x) for x in args.block_ns.split(",")]
     lines = ["| kind | shape | block | " + " | ".join(("+".join(v) or "baseline") for v in variants) + " |",
              "|---" * (3 + len(variants)) + "|"]
     for kind in args.kinds.split(","):
-        for m, n, k in SHAPES:
+        for m, n, k in shapes:
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)

@@ -52,7 +52,6 @@ struct PersistentTileScheduler {
     // ones that mask rows or hand out units without K blocks.
     using Unit = WorkUnit;
     static constexpr bool kGrouped = false;
-    static constexpr bool kMasked = false;
 
     // Returns false when this CTA has no work left.
     __device__ __forceinline__ bool next(WorkUnit& unit) {

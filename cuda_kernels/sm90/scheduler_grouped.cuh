@@ -68,7 +68,6 @@ struct ContiguousGroupedScheduler {
     using Unit = GroupedWorkUnit;
     using Tiles = PersistentTileScheduler<kBlockM, kBlockN, kGroupM, 1, 1>;
     static constexpr bool kGrouped = true;
-    static constexpr bool kMasked = false;
 
     const int32_t* layout;      // [M] group per row (index layout) or [G] end rows (psum)
     uint32_t num_groups, m, n, k, mk_alignment;
@@ -168,7 +167,6 @@ struct MaskedGroupedScheduler {
     using Unit = GroupedWorkUnit;
     using Tiles = PersistentTileScheduler<kBlockM, kBlockN, kGroupM, 1, 1>;
     static constexpr bool kGrouped = true;
-    static constexpr bool kMasked = true;
 
     const int32_t* masked_m;
     uint32_t num_groups, max_m, n, k, num_k_blocks, num_n_blocks;
