@@ -404,17 +404,15 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         pipe.advance<T::kNumStages>();
     };
 
-    // A tile's store is deferred into the next tile's K loop, after that tile's first K blocks
-    // are issued, so the tensor core runs them while acc goes out (with 128x128 tiles the store
-    // is ~5 % of a K=7168 tile's MMA time and ~20 % of a K=2048 one's). `pending` is the tile
-    // whose finished acc awaits its store.
-    // Deferred only with overlapped promotion (one partial set in flight during the store;
-    // without the overlap the set is as wide as acc and the registers spilled) and only for the
-    // dense scheduler: the masked one's larger unit kept alongside the pending one spilled, and
-    // with the contiguous index layout some tiles came out unwritten on the H200 (2026-12-01,
-    // not understood yet; the psum layout passed), so the M-grouped GEMMs store at tile end.
+    // A tile's store: at its end, or (kDeferStore, a probe) in the next tile's K loop once that
+    // tile's first K block is issued. `pending` is the tile whose finished acc awaits its store.
+    // Off: a probe (DG_PROBE_DEFERRED_STORE, benchmarks/probe_fp8.py) of deferring each tile's
+    // store into the next tile's first chain, after its first block is issued, measured it 1.5 %
+    // slower at K=7168 and 9-10 % slower at K=2048 and 512 on the H200 (2026-12-01). Only
+    // meant for overlapped dense tiles: without the overlap the registers spilled, with the masked
+    // scheduler too, and with the contiguous index layout tiles came out unwritten.
     constexpr bool kDeferStore = T::kOverlapPromotion && !Sched::kGrouped
-#ifdef DG_PROBE_NO_DEFERRED_STORE   // probe builds (benchmarks/probe_fp8.py) only
+#ifndef DG_PROBE_DEFERRED_STORE
                                  && false
 #endif
         ;
