@@ -7,17 +7,18 @@
 // Two-level accumulation, the reason FP8 stays accurate: the four m64nNk32 wgmmas of a 128-wide K
 // block accumulate raw products into `partial` (the tensor core's FP32 accumulation of 8-bit
 // products loses low bits over long K); after each K block the consumer scales `partial` by
-// sfa[row] * sfb[col] and adds it to `acc` with ordinary FP32 FMAs. So the wgmmas of a block are
-// waited for before the next block is issued.
+// sfa[row] * sfb[col] and adds it to `acc` with ordinary FP32 FMAs. So a block's wgmmas are
+// waited for before it is promoted.
 //
-// What limits it is the consumer threads' issue slots, not the tensor core: every K block costs
-// each consumer thread the promotion (block_n / 2 FFMAs) plus the loop's own instructions, so the
-// K loop is kept lean (scales arrive by TMA with the stage, accumulators start at zero, the 1D2D
-// scale block of each column group is a compile-time fact, the warpgroup index is warp-uniform).
-// Measured on the H200 (2026-12-01, benchmarks/NOTES.md): the first version issued ~400
-// instructions per K block per warp at block N 192 and ran every M=4096 shape at ~720 TFLOPS;
-// the lean loop (~150 at block N 128) runs 1000-1150. Making the two warpgroups take turns at
-// issuing their wgmmas (ping-pong) gained nothing for 1D2D and lost 8-13 % for 1D1D: not kept.
+// The K loop is kept lean (scales arrive by TMA with the stage, accumulators start at zero, the
+// 1D2D scale block of each column group is a compile-time fact, the warpgroup index is
+// warp-uniform): the first version issued ~400 instructions per K block per warp at block N 192
+// and ran every M=4096 shape at ~720 TFLOPS on the H200, the lean loop ~1000-1150 (2026-12-01,
+// benchmarks/NOTES.md). Then the tensor core idled while both warpgroups promoted (Nsight Compute:
+// 66 % tensor-busy against cuBLAS's 77 % with the same 128x128 tile), so tiles whose registers
+// allow keep two partial sets and issue block i + 1 before promoting block i (kOverlapPromotion,
+// in chains of kPromotionChain blocks): 128x128 went from ~212 to ~197 us at 4096x4096x7168.
+// Taking turns between the two warpgroups (ping-pong) gained nothing and was not kept.
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
