@@ -152,10 +152,14 @@ def backend_of(function: str, t: torch.Tensor, device_index: int, available: tup
     if not t.is_cuda:
         return backend(function, t.device, available)
     key = (function, device_index, available, _backend_setting())
-    chosen = _cuda_choices.get(key)
-    if chosen is None:
-        chosen = _cuda_choices[key] = backend(function, t.device, available)  # or raises
-    return chosen
+    choice = _cuda_choices.get(key)
+    if choice is None:
+        chosen = backend(function, t.device, available)  # or raises
+        choice = _cuda_choices[key] = (chosen, _reasons[function, t.device], t.device)
+    else:
+        # the reason of the choice in force, for print_config_once (DG_BACKEND may have changed)
+        _reasons[function, choice[2]] = choice[1]
+    return choice[0]
 
 
 def clear_caches() -> None:

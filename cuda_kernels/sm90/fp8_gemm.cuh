@@ -89,7 +89,8 @@ struct Fp8GemmTraits {
 
     // Whether a second set of partial sums lets one K block's wgmmas run under the previous
     // block's promotion: acc plus two partial sets (3 x BLOCK_N / 2 FP32) plus the block's
-    // scales must leave the consumer's other registers room under kConsumerRegisters, and a
+    // scales must stay within 200 registers (an empirical bound: what compiled without spills
+    // under kConsumerRegisters, checked by the compile tests), and a
     // 1D2D tile must sit in one scale block (with several tile offsets, 64x96 ran out of
     // registers for the wgmma pipeline: ptxas C7511).
     static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kBlockN / 4 + 2 : 4;
@@ -124,7 +125,8 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 
-    // Registers: each consumer thread holds two sets of BLOCK_N/2 FP32 values (acc and partial).
+    // Registers: each consumer thread holds acc and one or (kOverlapPromotion) two partial sets,
+    // each BLOCK_N/2 FP32 values.
     static constexpr uint32_t kProducerRegisters = 40;
     static constexpr uint32_t kConsumerRegisters = kNumMathWarpgroups == 1 ? 240 : 232;
 
@@ -484,9 +486,9 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // run under its FFMAs instead of leaving the tensor core idle. The K blocks go in
             // chains of up to kPromotionChain that start and end with no wgmma in flight: with a
             // group in flight across a loop's back edge, ptxas serializes every wgmma (C7514), so
-            // only the last promotion of each chain runs alone. The tile's first chain stores the
-            // previous tile once its first block is issued (with two in flight, the store's
-            // registers spilled).
+            // only the last promotion of each chain runs alone. (kDeferStore only: the tile's first
+            // chain stores the previous tile once its first block is issued; with two blocks in
+            // flight the store's registers spilled.)
             auto chain = [&](auto length, bool starts_tile, bool ends_tile) {
                 constexpr uint32_t kLength = decltype(length)::value;
                 issue(partial[0]);

@@ -246,7 +246,7 @@ def fp8_overlaps_promotion(kind: str, block_n: int) -> bool:
     must sit inside one 128-column scale block."""
     scale_registers = block_n // 4 + 2 if kind == "1d1d" else 4
     fits = 3 * block_n // 2 + scale_registers <= 200
-    return fits and (kind == "1d1d" or 128 % block_n == 0 or block_n % 128 == 0)
+    return fits and (kind == "1d1d" or 128 % block_n == 0)
 
 
 def _fp8_tensor_core_efficiency(block_m: int, block_n: int, kind: str = "1d2d") -> float:
