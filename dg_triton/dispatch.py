@@ -131,16 +131,12 @@ def backend(function: str, device: torch.device, available: tuple[str, ...]) -> 
     choice = _choices.get(key)
     if choice is None:
         if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
-            choice = _choose(function, device, available + (PORTABLE,))
-        else:
-            choice = _choose(function, device, available)
-        _choices[key] = choice
-    chosen, reason = choice
+            available += (PORTABLE,)
+        choice = _choices[key] = (*_choose(function, device, available), available)
+    chosen, reason, available = choice
     if chosen is not None:
         _reasons[function, device] = reason
         return chosen
-    if function in PORTABLE_FUNCTIONS and PORTABLE not in available:
-        available += (PORTABLE,)
     names = ", ".join("portable Triton" if a == PORTABLE else a.upper() for a in available)
     raise NotImplementedError(f"{function}: no kernel for this device ({reason}); {function} has "
                               f"{names} kernels")

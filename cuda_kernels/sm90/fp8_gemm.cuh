@@ -407,52 +407,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         pipe.advance<T::kNumStages>();
     };
 
-    // A tile's store: at its end, or (kDeferStore, a probe) in the next tile's K loop once that
-    // tile's first K block is issued. `pending` is the tile whose finished acc awaits its store.
-    // Off: a probe (DG_PROBE_DEFERRED_STORE, benchmarks/probe_fp8.py) of deferring each tile's
-    // store into the next tile's first chain, after its first block is issued, measured it 1.5 %
-    // slower at K=7168 and 9-10 % slower at K=2048 and 512 on the H200 (2026-12-01). Only
-    // meant for overlapped dense tiles: without the overlap the registers spilled, with the masked
-    // scheduler too, and with the contiguous index layout tiles came out unwritten.
-    constexpr bool kDeferStore = T::kOverlapPromotion && !Sched::kGrouped
-#ifndef DG_PROBE_DEFERRED_STORE
-                                 && false
-#endif
-        ;
-    typename Sched::Unit unit, pending;
-    bool has_pending = false;
-    [[maybe_unused]] bool pending_keep_row[2] = {true, true};
-    auto store_pending = [&]() {
-        const uint32_t pending_n0 = pending.n_block * T::kBlockN;
-        if constexpr (T::kSplitK) {
-            // (The host never splits skip-head-mid problems: this store has no column remap.)
-            T::SplitEpilogue::store(acc, pending, split.num_splits, scheduler.num_tiles, math_wg,
-                                    split.workspace, split.counters,
-                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
-                                    &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
-        } else if constexpr (Sched::kGrouped) {
-            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
-                acc, pending_keep_row, pending.rows_written, math_wg,
-                scheduler.a_row(pending) + math_wg * 64, pending_n0,
-                plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
-        } else {
-            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                               pending.m_block * T::kBlockM + math_wg * 64,
-                               skip_head_mid_column(pending_n0, scales), /*barrier_id=*/1 + math_wg);
-        }
-    };
-    // The previous tile's store, then fresh accumulators for this one.
-    auto start_accumulating = [&]() {
-        if (has_pending)
-            store_pending();
-#pragma unroll
-        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
-            acc[i] = 0.0f;
-    };
-
+    typename Sched::Unit unit;
     while (scheduler.next(unit)) {
         const uint32_t n0 = unit.n_block * T::kBlockN;
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
@@ -463,6 +418,9 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             for (uint32_t half = 0; half < 2; ++half)
                 keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
         }
+#pragma unroll
+        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+            acc[i] = 0.0f;
         [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
         KBlockScales<T> block_scales;
         if constexpr (!T::kScaleBPerColumn) {
@@ -486,14 +444,10 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // run under its FFMAs instead of leaving the tensor core idle. The K blocks go in
             // chains of up to kPromotionChain that start and end with no wgmma in flight: with a
             // group in flight across a loop's back edge, ptxas serializes every wgmma (C7514), so
-            // only the last promotion of each chain runs alone. (kDeferStore only: the tile's first
-            // chain stores the previous tile once its first block is issued; with two blocks in
-            // flight the store's registers spilled.)
-            auto chain = [&](auto length, bool starts_tile, bool ends_tile) {
+            // only the last promotion of each chain runs alone.
+            auto chain = [&](auto length, bool ends_tile) {
                 constexpr uint32_t kLength = decltype(length)::value;
                 issue(partial[0]);
-                if (starts_tile)
-                    start_accumulating();
 #pragma unroll
                 for (uint32_t i = 1; i < kLength; ++i) {
                     issue(partial[i % 2]);
@@ -509,32 +463,29 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             const uint32_t begin = unit.k_block_begin, end = unit.k_block_end;
             uint32_t kb = begin;
             for (; kb + kChain <= end; kb += kChain)
-                chain(ChainLength<kChain>{}, kb == begin, kb + kChain == end);
+                chain(ChainLength<kChain>{}, kb + kChain == end);
             // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
             if constexpr (kChain > 8) {
                 if (end - kb >= 8) {
-                    chain(ChainLength<8>{}, kb == begin, kb + 8 == end);
+                    chain(ChainLength<8>{}, kb + 8 == end);
                     kb += 8;
                 }
             }
             if constexpr (kChain > 4) {
                 if (end - kb >= 4) {
-                    chain(ChainLength<4>{}, kb == begin, kb + 4 == end);
+                    chain(ChainLength<4>{}, kb + 4 == end);
                     kb += 4;
                 }
             }
             if constexpr (kChain > 2) {
                 if (end - kb >= 2) {
-                    chain(ChainLength<2>{}, kb == begin, kb + 2 == end);
+                    chain(ChainLength<2>{}, kb + 2 == end);
                     kb += 2;
                 }
             }
             if (kb < end)
-                chain(ChainLength<1>{}, kb == begin, true);
+                chain(ChainLength<1>{}, true);
         } else {
-            // (The previous tile was stored at its end: see kDeferStore.)
-            if (unit.k_block_begin < unit.k_block_end)
-                start_accumulating();
             for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
                 issue(partial[0]);
                 // The scales are read under the block's wgmmas.
@@ -543,22 +494,28 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 promote_block(partial[0]);
             }
         }
-        // A unit without K blocks (a grouped padding tile) stores zeros.
-        if (unit.k_block_begin == unit.k_block_end)
-            start_accumulating();
-        pending = unit;
-        has_pending = true;
-        if constexpr (Sched::kGrouped) {
-            pending_keep_row[0] = keep_row[0];
-            pending_keep_row[1] = keep_row[1];
-        }
-        if constexpr (!kDeferStore) {
-            store_pending();
-            has_pending = false;
+        // (A unit without K blocks, a grouped padding tile, stores its zeros.) Storing this tile
+        // in the next tile's first chain, under its first block's wgmmas, measured slower on the
+        // H200 (K=2048: 116.8 vs 106.1 us; NOTES.md) and was removed.
+        if constexpr (T::kSplitK) {
+            // (The host never splits skip-head-mid problems: this store has no column remap.)
+            T::SplitEpilogue::store(acc, unit, split.num_splits, scheduler.num_tiles, math_wg,
+                                    split.workspace, split.counters,
+                                    static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
+                                    &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+        } else if constexpr (Sched::kGrouped) {
+            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
+                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
+                plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                static_cast<typename T::OutT*>(split.d), split.ld_d, n);
+        } else {
+            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                               unit.m_block * T::kBlockM + math_wg * 64,
+                               skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
         }
     }
-    if (has_pending)
-        store_pending();
     T::Epilogue::finish();
 }
 
