@@ -25,7 +25,7 @@ def main():
         dg_triton.bf16_gemm_nt(a, b, d)
         plan = next(p for key, p in sm90_bf16_gemm._plans.items() if key[0][:3] == (m, n, k))
         problem = validation.bf16_gemm("bf16_gemm_nt", a, b, d, None)
-        key_parts = (problem[:7], False, "nk", settings._plan_settings, None)
+        key_parts = (problem[:7], False, "nk", settings._plan_settings, None, ())
         a_ptr, b_ptr, d_ptr = problem[7]
         # a split-K plan's scalars carry the workspace of the stream it runs on (here stream 0)
         scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, 0)

@@ -33,6 +33,7 @@ class Bf16GemmKernelSpec:
     shape_m: int = 0      # 0: passed at run time (compiled_dims)
     shape_n: int = 0
     shape_k: int = 0
+    probe_defines: tuple = ()  # macros of probe builds (benchmarks/probe_bf16.py); never set by the API
 
     @property
     def name(self) -> str:
@@ -42,7 +43,8 @@ class Bf16GemmKernelSpec:
         return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
-                f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}")
+                f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
+                + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property
     def split_k(self) -> bool:
@@ -51,8 +53,9 @@ class Bf16GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
+        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
         return f'''// {self.name}
-#include "sm90/bf16_gemm.cuh"
+{defines}#include "sm90/bf16_gemm.cuh"
 
 using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
@@ -249,7 +252,7 @@ def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, device,
 
 
 def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate, compiled_dims,
-               config: Bf16GemmConfig | None) -> _Plan:
+               config: Bf16GemmConfig | None, probe_defines: tuple = ()) -> _Plan:
     device_index = d.device.index
     num_sms = settings._num_sms or settings.device_sm_count(device_index)
     element = d.element_size()
@@ -257,7 +260,7 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
         config = choose_bf16_gemm_config(m, n, k, element, num_sms,
                                          settings._block_size_multiple_of[1], b_k_major)
     spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, d.dtype, accumulate,
-                              *_compiled_dims(m, n, k, compiled_dims))
+                              *_compiled_dims(m, n, k, compiled_dims), probe_defines)
     print_config_once(function, (m, n, k), d.device, spec)
     kernel = _load(spec, device_index)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
@@ -293,21 +296,21 @@ except ImportError:
 
 def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, problem: tuple,
         addresses: tuple, accumulate: bool, compiled_dims: str,
-        config: Bf16GemmConfig | None = None) -> None:
+        config: Bf16GemmConfig | None = None, probe_defines: tuple = ()) -> None:
     """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C.
 
     `problem` = (m, n, k, a_k_major, b_k_major, device_index, (d.dtype, a/b/d strides)) and
     `addresses` = the three data pointers, as validation.bf16_gemm returns them. Together with the
     settings and the config override they key the cached plan.
     """
-    key = (problem, accumulate, compiled_dims, settings._plan_settings, config)
+    key = (problem, accumulate, compiled_dims, settings._plan_settings, config, probe_defines)
     plan = _plans.get(key)
     if plan is None:
         # First call of this problem: the backend is decided once, with the plan.
         dispatch.backend(function, d.device, (dispatch.SM90,))
         m, n, k, a_k_major, b_k_major, _, _ = problem
         plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
-                                        accumulate, compiled_dims, config)
+                                        accumulate, compiled_dims, config, probe_defines)
     a_ptr, b_ptr, d_ptr = addresses
     stream = _current_stream(problem[5])
     scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, stream)

@@ -1,0 +1,71 @@
+"""Probe: BF16 GEMM kernel variants (compile-time macros, Bf16GemmKernelSpec.probe_defines) side
+by side with cuBLAS (torch.matmul) on the M=4096 shapes of API.md section 8, each checked against
+the reference before it is timed, all timed in alternation (the GPU's clock drifts under its power
+cap). Prints one table; NOTES.md keeps the conclusions.
+
+    python benchmarks/probe_bf16.py [--variants ",DG_SOME_MACRO"] [--shapes 4096x4096x7168,...]
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dg_triton import testing, validation  # noqa: E402
+from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
+from tests.shapes import BF16_DENSE_BF16_OUT_NK as DENSE_NK  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variants", default="",
+                        help="comma-separated macro sets ('+' joins macros; empty = baseline)")
+    parser.add_argument("--shapes", default=",".join(f"4096x{n}x{k}" for n, k in DENSE_NK),
+                        help="comma-separated MxNxK")
+    args = parser.parse_args()
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
+    variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",")]
+    names = [("+".join(v) or "baseline") for v in variants] + ["cuBLAS"]
+    lines = ["| shape | " + " | ".join(names) + " | " + " | ".join(f"{x} / cuBLAS" for x in names[:-1]) + " |",
+             "|---" * (1 + 2 * len(names) - 1) + "|"]
+    ratios = [[] for _ in variants]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref = a.float() @ b.float().T
+        result = validation.bf16_gemm("probe", a, b, d, None)
+        problem, addresses = result[:7], result[7]
+        runs = []
+        for defines in variants:
+            run = (lambda defines=defines: sm90_bf16_gemm.run(
+                "probe", a, b, d, problem, addresses, False, "nk", None, defines))
+            d.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            diff = float(testing.calc_diff(d.float(), ref))
+            assert torch.isfinite(d).all() and diff < 1e-5, f"{defines}: calc_diff {diff}"
+            runs.append(run)
+        runs.append(lambda: torch.matmul(a, b.T, out=d))
+        times = [[] for _ in runs]
+        for _ in range(3):
+            for i, run in enumerate(runs):
+                times[i].append(testing.bench_graph(run, warmup_ms=5, rep_ms=30))
+        medians = [statistics.median(t) for t in times]
+        for i in range(len(variants)):
+            ratios[i].append(medians[-1] / medians[i])
+        cells = " | ".join(f"{us:.1f} us {2 * m * n * k / us / 1e6:.0f} TF" for us in medians)
+        lines.append(f"| {m}x{n}x{k} | {cells} | "
+                     + " | ".join(f"{medians[-1] / us:.3f}" for us in medians[:-1]) + " |")
+        print(lines[-1], flush=True)
+    lines.append("geomean vs cuBLAS: " + ", ".join(
+        f"{name} {statistics.geometric_mean(r):.3f}" for name, r in zip(names, ratios)))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
