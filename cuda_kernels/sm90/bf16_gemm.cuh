@@ -51,12 +51,6 @@ struct Bf16GemmTraits {
     static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
 
     using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
-    // BF16 D without C, no split-K: the store runs under the next tile's MMAs (consume_overlapped).
-#ifdef DG_PROBE_OVERLAP_EPILOGUE
-    static constexpr bool kOverlapEpilogue = sizeof(OutT) == 2 && !kAccumulate && !kSplitK;
-#else
-    static constexpr bool kOverlapEpilogue = false;
-#endif
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
     using Mma = WgmmaBf16<kBlockN, kAKMajor ? 0 : 1, kBKMajor ? 0 : 1>;
 
@@ -189,96 +183,6 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     T::Epilogue::finish();
 }
 
-// ---- consumers, BF16 D without C on the dense scheduler: the epilogue under the next tile ----
-// A tile's last K block done, its accumulators are rounded into bf16 pairs (half the registers),
-// the next tile's first K block is issued into the accumulators, and only then is the tile stored
-// from the pairs: the tensor core works on the next tile during the store (about 1 us a tile, 15 %
-// of a K=512 tile before). Same K loop, same stage releases as `consume`.
-template <class T>
-__device__ __forceinline__ void issue_k_block(uint64_t* full, uint8_t* tiles_a, uint8_t* tiles_b,
-                                              const PipelineState& pipe, uint32_t a_offset,
-                                              float* acc, bool accumulate) {
-    constexpr uint32_t kStepA = T::kAKMajor ? 32 : 16 * 128;
-    constexpr uint32_t kStepB = T::kBKMajor ? 32 : 16 * 128;
-    constexpr uint32_t kLeadingA = T::kAKMajor ? 16 : T::kAtom * 128;
-    constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
-    mbarrier_wait(&full[pipe.stage], pipe.phase);
-    const uint32_t a_base = smem_addr(tiles_a + pipe.stage * T::kTileABytes) + a_offset;
-    const uint32_t b_base = smem_addr(tiles_b + pipe.stage * T::kTileBBytes);
-    wgmma_fence_operands<T::kBlockN / 2>(acc);
-    wgmma_fence();
-#pragma unroll
-    for (uint32_t ks = 0; ks < T::kBlockK / 16; ++ks) {
-        const uint64_t desc_a = smem_descriptor_sw128(a_base + ks * kStepA, kLeadingA);
-        const uint64_t desc_b = smem_descriptor_sw128(b_base + ks * kStepB, kLeadingB);
-        T::Mma::mma(desc_a, desc_b, acc, accumulate || ks > 0);
-    }
-    wgmma_commit_group();
-}
-
-template <class T>
-__device__ __forceinline__ void store_packed_tile(const uint32_t* packed, uint8_t* staging,
-                                                  const TmaDescriptor& tma_d,
-                                                  const SplitKArguments& split, uint32_t row0,
-                                                  uint32_t col0, uint32_t m, uint32_t n,
-                                                  uint32_t math_wg) {
-#ifdef DG_PROBE_DIRECT_STORE
-    store_packed_global<T::kBlockN>(packed, static_cast<__nv_bfloat16*>(split.d), split.ld_d, row0,
-                                    col0, m, n);
-#else
-    T::Epilogue::store_packed(packed, staging + math_wg * T::Epilogue::kBytesPerWarpgroup, &tma_d,
-                              row0, col0, /*barrier_id=*/1 + math_wg);
-#endif
-}
-
-template <class T, class Sched>
-__device__ __forceinline__ void consume_overlapped(Sched scheduler, uint64_t* full, uint64_t* empty,
-                                                   uint8_t* tiles_a, uint8_t* tiles_b,
-                                                   uint8_t* staging, const TmaDescriptor& tma_d,
-                                                   const SplitKArguments& split, uint32_t m,
-                                                   uint32_t n, uint32_t math_wg,
-                                                   uint32_t cluster_rank) {
-    setmaxnreg_inc<T::kConsumerRegisters>();
-    float acc[T::kBlockN / 2];
-    uint32_t packed[T::kBlockN / 4];
-    PipelineState pipe;
-    const uint32_t a_offset = math_wg * 64 * 128;
-    WorkUnit unit;
-    if (scheduler.next(unit)) {
-        issue_k_block<T>(full, tiles_a, tiles_b, pipe, a_offset, acc, false);
-        uint32_t previous_stage = pipe.stage;
-        pipe.advance<T::kNumStages>();
-        while (true) {
-            for (uint32_t kb = unit.k_block_begin + 1; kb < unit.k_block_end; ++kb) {
-                issue_k_block<T>(full, tiles_a, tiles_b, pipe, a_offset, acc, true);
-                wgmma_wait_group<1>();
-                wgmma_fence_operands<T::kBlockN / 2>(acc);
-                release_stage<T>(&empty[previous_stage], cluster_rank);
-                previous_stage = pipe.stage;
-                pipe.advance<T::kNumStages>();
-            }
-            wgmma_wait_group<0>();
-            wgmma_fence_operands<T::kBlockN / 2>(acc);
-            release_stage<T>(&empty[previous_stage], cluster_rank);
-            pack_bf16<T::kBlockN>(acc, packed);
-            const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
-            const uint32_t col0 = unit.n_block * T::kBlockN;
-            // The last tile stores and leaves; the others issue first, so that the accumulators
-            // pass from this wgmma to the loop's with no branch between (a merge there makes ptxas
-            // copy them, and wait for the wgmma first: C7517).
-            if (!scheduler.next(unit)) {
-                store_packed_tile<T>(packed, staging, tma_d, split, row0, col0, m, n, math_wg);
-                break;
-            }
-            issue_k_block<T>(full, tiles_a, tiles_b, pipe, a_offset, acc, false);
-            previous_stage = pipe.stage;
-            pipe.advance<T::kNumStages>();
-            store_packed_tile<T>(packed, staging, tma_d, split, row0, col0, m, n, math_wg);
-        }
-    }
-    T::Epilogue::finish();
-}
-
 // ---- the kernel body: shared-memory plan, barriers, roles ---------------------------------------
 // The scheduler is built from `scheduler_args` after start-up, so a grouped scheduler may read the
 // group structure (written by the previous kernel, under PDL) as it is built.
@@ -300,9 +204,6 @@ __device__ __forceinline__ void bf16_gemm_run(const TmaDescriptor& tma_a, const 
         if (threadIdx.x == 0)
             produce<T>(tma_a, tma_b, scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
                        cluster_rank);
-    } else if constexpr (T::kOverlapEpilogue && !Sched::kGrouped) {
-        consume_overlapped<T>(scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b,
-                              plan.staging, tma_d, split, m, n, warpgroup - 1, cluster_rank);
     } else {
         consume<T>(scheduler, plan.full, plan.empty, plan.tiles_a, plan.tiles_b, plan.staging,
                    plan.epilogue_barriers, plan.last_flags, tma_d, split, m, n, num_splits,

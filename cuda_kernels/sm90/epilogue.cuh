@@ -128,40 +128,6 @@ struct SwizzledTmaStoreEpilogue {
         }
     }
 
-    // BF16 D without accumulation, from accumulators already rounded to bf16 pairs (pack_bf16):
-    // packed[2t + h] holds the pair acc[4t + 2h], acc[4t + 2h + 1]. The overlapped consumer
-    // (bf16_gemm.cuh) packs, starts the next tile's MMAs in the accumulators, then stores.
-    __device__ __forceinline__ static void store_packed(const uint32_t* packed, uint8_t* staging,
-                                                        const TmaDescriptor* tma_d, uint32_t row0,
-                                                        uint32_t col0, uint32_t barrier_id) {
-        static_assert(sizeof(OutT) == 2 && !kAccumulate, "packed stores are BF16 D, no C");
-        const bool leader = threadIdx.x % 128 == 0;
-        const uint32_t staging_addr = smem_addr(staging);
-#pragma unroll
-        for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
-            const uint32_t chunk_col0 = col0 + chunk * kChunkCols;
-            if (leader)
-                tma_store_wait_read_all();
-            named_barrier_sync(barrier_id, 128);
-#pragma unroll
-            for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t)
-#pragma unroll
-                for (uint32_t half = 0; half < 2; ++half)
-                    asm volatile("st.shared.b32 [%0], %1;" ::
-                                 "r"(staging_addr + offset(fragment_row(half),
-                                                           fragment_col(t) - chunk * kChunkCols)),
-                                 "r"(packed[t * 2 + half]));
-            fence_proxy_async_shared();
-            named_barrier_sync(barrier_id, 128);
-            if (leader) {
-#pragma unroll
-                for (uint32_t s = 0; s < kChunkSlabs; ++s)
-                    tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
-                tma_store_commit_group();
-            }
-        }
-    }
-
     __device__ __forceinline__ static void finish() {
         if (threadIdx.x % 128 == 0)
             tma_store_wait_all();
@@ -205,40 +171,6 @@ struct RowLimitedStoreEpilogue {
     __device__ __forceinline__ static void store_one(float* p, float x) { *p = x; }
     __device__ __forceinline__ static void store_one(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 };
-
-// The fragment rounded to bf16 pairs: packed[2t + h] = (acc[4t + 2h], acc[4t + 2h + 1]).
-template <uint32_t kBlockN>
-__device__ __forceinline__ void pack_bf16(const float* acc, uint32_t* packed) {
-#pragma unroll
-    for (uint32_t i = 0; i < kBlockN / 4; ++i) {
-        __nv_bfloat162 pair = __float22bfloat162_rn(make_float2(acc[2 * i], acc[2 * i + 1]));
-        packed[i] = *reinterpret_cast<uint32_t*>(&pair);
-    }
-}
-
-// Packed bf16 pairs straight to global memory (probe: DG_PROBE_DIRECT_STORE), rows < m and
-// columns < n only; d points at D's element (0, 0), ld_d is its row stride in elements.
-template <uint32_t kBlockN>
-__device__ __forceinline__ void store_packed_global(const uint32_t* packed, __nv_bfloat16* d,
-                                                    uint32_t ld_d, uint32_t row0, uint32_t col0,
-                                                    uint32_t m, uint32_t n) {
-#pragma unroll
-    for (uint32_t half = 0; half < 2; ++half) {
-        const uint32_t row = row0 + fragment_row(half);
-        if (row >= m)
-            continue;
-        __nv_bfloat16* d_row = d + static_cast<uint64_t>(row) * ld_d;
-#pragma unroll
-        for (uint32_t t = 0; t < kBlockN / 8; ++t) {
-            const uint32_t col = col0 + fragment_col(t);
-            const uint32_t bits = packed[t * 2 + half];
-            if (col + 1 < n)
-                *reinterpret_cast<uint32_t*>(d_row + col) = bits;
-            else if (col < n)
-                *reinterpret_cast<uint16_t*>(d_row + col) = static_cast<uint16_t>(bits & 0xFFFF);
-        }
-    }
-}
 
 // The M-grouped GEMMs' store of one warpgroup's 64 tile rows (bf16_gemm.cuh, fp8_gemm.cuh): rows
 // that keep no product (keep_row, per fragment half) become zeros; then a warpgroup whose 64 rows
