@@ -64,17 +64,14 @@ def primitives(plan, a, a_ptr, b_ptr, d_ptr, scalars):
         ctypes.c_uint(config.sharedMemBytes)
     one, null = ctypes.c_uint(1), ctypes.c_void_p(0)
     ex = launcher._launch
-    config_pointer, function_int, params_int = launcher._config_pointer, launcher._function, \
-        launcher._pointers_address
-    raw_ex = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx  # no argtypes: ctypes objects as given
-    raw_ex.restype = ctypes.c_int
+    config_pointer, function_arg, params_arg = launcher._config_pointer, launcher._function_arg, \
+        launcher._pointers_arg
     cache = tma.DescriptorCache(plan.tma_a.params)
     addresses = iter(range(a_ptr, a_ptr + (1 << 40), 256))
     steps = {
         "ctypes getpid": lambda: libc.getpid(),
         "cuLaunchKernelEx, ours": lambda: launcher(0, descriptors, *scalars, d_ptr),
-        "cuLaunchKernelEx only": lambda: ex(config_pointer, function_int, params_int, None),
-        "cuLaunchKernelEx raw": lambda: raw_ex(config_pointer, function, params, null),
+        "cuLaunchKernelEx only": lambda: ex(config_pointer, function_arg, params_arg, None),
         "cuLaunchKernel legacy": lambda: legacy(function, grid, one, one, block, one, one, smem,
                                                null, params, null),
         "descriptor miss": lambda: cache(next(addresses)),

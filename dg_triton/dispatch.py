@@ -158,8 +158,14 @@ def backend_of(function: str, t: torch.Tensor, device_index: int, available: tup
     return choice[0]
 
 
+# Counts clear_caches() calls; callers that cache what follows from a choice key on it.
+generation = 0
+
+
 def clear_caches() -> None:
     """Forget the device facts and choices (tests that fake devices)."""
+    global generation
+    generation += 1
     _backend_for_device.cache_clear()
     _choices.clear()
     _cuda_choices.clear()

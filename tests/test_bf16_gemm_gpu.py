@@ -287,3 +287,57 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
     torch.cuda.synchronize()
     assert torch.isfinite(d).all()
     assert calc_diff(d.float(), expected.float()) < THRESHOLD
+
+
+# ---- warm calls (gemm.py's table of plans by argument signature) -------------------------------
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_bf16_gemm_warm_calls_with_fresh_tensors_of_one_signature_are_each_correct(alias):
+    # The second and later calls skip validation and the plan lookup; each must still launch on
+    # its own operands' addresses.
+    for _ in range(3):
+        a, b = operands(alias, 129, 320, 384)
+        run_and_check(alias, a, b, nan_output(129, 320, torch.bfloat16))
+
+
+def test_bf16_gemm_warm_call_still_rejects_a_misaligned_operand():
+    from dg_triton.errors import DGArgumentError
+    a, b = operands("nt", 64, 256, 256)
+    run_and_check("nt", a, b, nan_output(64, 256, torch.bfloat16))
+    # Same shape and strides as the warm call, base address 2 bytes off: the full checks run.
+    storage = torch.randn(64 * 256 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = storage[1:].view(64, 256)
+    with pytest.raises(DGArgumentError, match="16-byte aligned"):
+        gemm("nt")(shifted, b, nan_output(64, 256, torch.bfloat16))
+
+
+def test_bf16_gemm_warm_calls_follow_c_and_settings_changes():
+    import dg_triton
+    a, b = operands("nt", 256, 512, 512)
+    d = nan_output(256, 512, torch.float32)
+    run_and_check("nt", a, b, d)
+    run_and_check("nt", a, b, d, c=d)          # same tensors, now accumulating in place
+    run_and_check("nt", a, b, d, c=accumulator(256, 512, torch.float32))
+    from dg_triton import settings
+    saved = settings._num_sms
+    try:
+        dg_triton.set_num_sms(7)               # a new grid: a new plan, not the warm one
+        run_and_check("nt", a, b, nan_output(256, 512, torch.float32))
+    finally:
+        dg_triton.set_num_sms(saved)
+
+
+@pytest.mark.parametrize("element,inner,outer,row_bytes,box_inner,box_outer,swizzle", [
+    (2, 7168, 4096, 14336, 64, 128, 128), (2, 2112, 129, 4224, 64, 64, 128),
+    (4, 576, 4096, 2304, 32, 64, 128), (1, 7168, 64, 7168, 128, 64, 128), (2, 256, 1, 512, 16, 64, 32)])
+def test_tma_descriptors_from_the_ctypes_encoder_equal_cuda_bindings(element, inner, outer, row_bytes,
+                                                                     box_inner, box_outer, swizzle):
+    import ctypes
+    from dg_triton.jit import tma
+    params = tma.Tma2dParams(element, inner, outer, row_bytes, box_inner, box_outer, swizzle)
+    t = torch.empty(outer * row_bytes + 256, device="cuda", dtype=torch.uint8)
+    cache = tma.DescriptorCache(params)
+    for offset in (0, 16, 4096):
+        address = t.data_ptr() + offset
+        assert cache(address) % 64 == 0
+        assert ctypes.string_at(cache(address), 128) == tma.encode(params, address)

@@ -107,7 +107,8 @@ def _libcuda_launch():
         launch = libcuda.cuLaunchKernelEx
     except (OSError, AttributeError):
         return None
-    launch.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    # No argtypes: the Launcher passes ready ctypes objects, which skips ctypes' per-call argument
+    # conversion (~0.5 us of the call on the H200's host, profile_host.py).
     launch.restype = ctypes.c_int
     return launch
 
@@ -152,6 +153,8 @@ class Launcher:
                                      self._attributes, len(attributes))
         self._config_pointer = ctypes.pointer(self._config)
         self._function = int(kernel.function)
+        self._function_arg = ctypes.c_void_p(self._function)
+        self._pointers_arg = ctypes.c_void_p(self._pointers_address)
         self._launch = _libcuda_launch()
         if self._launch is None:
             self._fallback_config = self._bindings_config(driver, grid, block, shared_memory, cluster, pdl)
@@ -187,7 +190,7 @@ class Launcher:
         struct.pack_into(self._scalar_format, self._scalars, 0, *scalars)
         if self._launch is not None:
             self._config.hStream = stream
-            err = self._launch(self._config_pointer, self._function, self._pointers_address, None)
+            err = self._launch(self._config_pointer, self._function_arg, self._pointers_arg, None)
             if err:
                 self._raise(err)
         else:

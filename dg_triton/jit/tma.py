@@ -101,6 +101,47 @@ def encode(params: Tma2dParams, address: int) -> bytes:
     return ctypes.string_at(tensor_map.getPtr(), 128)
 
 
+class _CtypesEncoder:
+    """cuTensorMapEncodeTiled straight from libcuda for one Tma2dParams, its argument arrays built
+    once: a call writes the descriptor of a new address into a given buffer. Through cuda.bindings
+    an encode costs ~10 us of host time on the H200 (profile_host.py, "descriptor miss"), most of
+    it building the Python argument objects; this is a plain ctypes call."""
+
+    def __init__(self, params: Tma2dParams, function):
+        import ctypes
+        driver, dtypes, swizzles = _driver_enums()
+        self._function = function
+        self._dims = (ctypes.c_uint64 * 2)(params.inner, params.outer)
+        self._strides = (ctypes.c_uint64 * 1)(params.row_stride_bytes)
+        self._box = (ctypes.c_uint32 * 2)(params.box_inner, params.box_outer)
+        self._element_strides = (ctypes.c_uint32 * 2)(1, 1)
+        self._enums = (
+            ctypes.c_int(int(dtypes[params.element_size])), ctypes.c_uint32(2))
+        self._tail = (
+            ctypes.c_int(int(driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE)),
+            ctypes.c_int(int(swizzles[params.swizzle])),
+            ctypes.c_int(int(driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B)),
+            ctypes.c_int(int(driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)))
+        self._void_p = ctypes.c_void_p
+
+    def __call__(self, buffer_address: int, address: int) -> int:
+        return self._function(self._void_p(buffer_address), *self._enums, self._void_p(address),
+                              self._dims, self._strides, self._box, self._element_strides,
+                              *self._tail)
+
+
+@functools.cache
+def _libcuda_encode():
+    """libcuda's cuTensorMapEncodeTiled for ctypes, or None (then cuda.bindings encodes)."""
+    import ctypes
+    try:
+        function = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    return function
+
+
 class DescriptorCache:
     """Encoded descriptors of one operand layout, by base address, in host buffers.
 
@@ -114,16 +155,33 @@ class DescriptorCache:
     def __init__(self, params: Tma2dParams):
         self.params = params
         self._buffers: dict[int, tuple] = {}
+        self._encoder = None
 
     def __call__(self, address: int) -> int:
         found = self._buffers.get(address)
         if found is not None:
             return found[1]
+        return self._miss(address)
+
+    def _miss(self, address: int) -> int:
         if len(self._buffers) >= self.MAX_ENTRIES:
             self._buffers.clear()
         import ctypes
         if env_flag("DG_JIT_DEBUG"):
             print(f"[dg_triton JIT] TMA descriptor {self.params} at {address:#x}", file=sys.stderr)
-        buffer = ctypes.create_string_buffer(encode(self.params, address), 128)
-        self._buffers[address] = (buffer, ctypes.addressof(buffer))
-        return self._buffers[address][1]
+        check_address(address, "tensor")
+        # CUtensorMap is a 64-byte aligned struct: the descriptor lives at the first 64-byte
+        # boundary of a 192-byte buffer.
+        buffer = ctypes.create_string_buffer(192)
+        aligned = (ctypes.addressof(buffer) + 63) & ~63
+        if self._encoder is None and _libcuda_encode() is not None:
+            self._encoder = _CtypesEncoder(self.params, _libcuda_encode())
+        if self._encoder is not None:
+            err = self._encoder(aligned, address)
+            if err:
+                raise TmaLayoutError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for "
+                                     f"{self.params} at {address:#x}")
+        else:
+            ctypes.memmove(aligned, encode(self.params, address), 128)
+        self._buffers[address] = (buffer, aligned)
+        return aligned

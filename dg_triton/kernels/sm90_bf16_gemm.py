@@ -136,6 +136,13 @@ class _Plan:
         self.scalars = scalars  # the kernel's scalar parameters but the last (the D pointer)
         self.split = split
 
+    def launch(self, a_ptr: int, b_ptr: int, d_ptr: int, device_index: int) -> None:
+        """One launch on the device's current stream, operands at these (validated) addresses."""
+        stream = _current_stream(device_index)
+        scalars = self.scalars if self.split is None else self.split.scalars(self.scalars, stream)
+        self.launcher(stream, (self.tma_a(a_ptr), self.tma_b(b_ptr), self.tma_d(d_ptr)), *scalars,
+                      d_ptr)
+
 
 _plans: dict = {}
 
@@ -296,8 +303,9 @@ except ImportError:
 
 def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, problem: tuple,
         addresses: tuple, accumulate: bool, compiled_dims: str,
-        config: Bf16GemmConfig | None = None, probe_defines: tuple = ()) -> None:
-    """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C.
+        config: Bf16GemmConfig | None = None, probe_defines: tuple = ()) -> _Plan:
+    """D (+)= A @ B^T for a validated, non-empty problem; `accumulate` reads D as C. Returns the
+    plan, which later calls of the same problem may launch directly (gemm.py's warm path).
 
     `problem` = (m, n, k, a_k_major, b_k_major, device_index, (d.dtype, a/b/d strides)) and
     `addresses` = the three data pointers, as validation.bf16_gemm returns them. Together with the
@@ -311,7 +319,5 @@ def run(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, proble
         m, n, k, a_k_major, b_k_major, _, _ = problem
         plan = _plans[key] = _make_plan(function, a, b, d, m, n, k, a_k_major, b_k_major,
                                         accumulate, compiled_dims, config, probe_defines)
-    a_ptr, b_ptr, d_ptr = addresses
-    stream = _current_stream(problem[5])
-    scalars = plan.scalars if plan.split is None else plan.split.scalars(plan.scalars, stream)
-    plan.launcher(stream, (plan.tma_a(a_ptr), plan.tma_b(b_ptr), plan.tma_d(d_ptr)), *scalars, d_ptr)
+    plan.launch(*addresses, problem[5])
+    return plan
