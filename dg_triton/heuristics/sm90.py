@@ -344,6 +344,35 @@ def estimate_grouped_cycles(num_groups: int, rows_per_group: int, n: int, k: int
     return max(rounds * unit, hbm)
 
 
+# Masked FP8 decode (expected m <= 64): block N among these, by wave efficiency. The time is B
+# streamed from HBM, but a last round of few tiles leaves most SMs without a stream, and block N
+# 192 (the cost model's pick: all tie on HBM time) measured 1-9 % slower than the best of these
+# on every decode shape of API.md 8 (probe_masked.py, 2026-12-02): 128 won at 32 groups, 64-128
+# at 6 groups, where 128 leaves a 0.73-full last round on two of the four shapes.
+_MASKED_DECODE_BLOCK_NS = (64, 96, 128)
+
+
+def _masked_fp8_decode_config(num_groups: int, rows_per_group: int, rows: int, n: int, k: int,
+                              num_sms: int) -> Bf16GemmConfig | None:
+    """Block M 64; the block N whose tiles fill their rounds of num_sms best (in steps of 2 %),
+    the widest of those; the grid as choose_m_grouped_bf16_config caps it."""
+    from dataclasses import replace
+    best = None
+    for block_n in _MASKED_DECODE_BLOCK_NS:
+        config = make_fp8_config("1d2d", 64, n, 64, block_n, 1, k, 2, num_sms)
+        if config is None or not fp8_block_n_fits("1d2d", 64, block_n):
+            continue
+        tiles = num_groups * math.ceil(rows_per_group / 64) * math.ceil(n / block_n)
+        filled = tiles / (math.ceil(tiles / num_sms) * num_sms)
+        score = (math.floor(filled * 50), block_n)
+        if best is None or score > best[0]:
+            best = (score, config)
+    if best is None:
+        return None
+    most_tiles = num_groups * math.ceil(rows / 64) * math.ceil(n / best[1].block_n)
+    return replace(best[1], num_sms=max(1, min(num_sms, most_tiles)))
+
+
 def choose_m_grouped_fp8_config(kind: str, num_groups: int, rows_per_group: int, rows: int,
                                 n: int, k: int, num_sms: int,
                                 mk_alignment: int | None = None) -> Bf16GemmConfig | None:
@@ -377,6 +406,8 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
     else:
         raise ValueError(f"unknown grouped GEMM kind {kind!r}")
     rows_per_group = max(rows_per_group, 1)
+    if fp8 and kind == GROUPED_MASKED and rows_per_group <= 64:
+        return _masked_fp8_decode_config(num_groups, rows_per_group, rows, n, k, num_sms)
     best = None
     for block_m in block_ms:
         for block_n in sorted({bn for _, bn in bf16_gemm_candidates(128, n, b_k_major, block_n_multiple)}):
