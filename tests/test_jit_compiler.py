@@ -107,6 +107,20 @@ def test_header_digest_follows_transitive_includes_and_ignores_other_files(tmp_p
     assert compiler.header_digest("int x;\n", (root,)) == compiler.header_digest("int y;\n", (root,))
 
 
+def test_header_digest_does_not_depend_on_where_the_headers_live(tmp_path):
+    # Our headers and a library's, placed so that their full paths sort one way on one machine
+    # and the other way on another: a cache built on either must serve both.
+    def tree(kernels, library):
+        _header_tree(kernels)
+        library.mkdir(parents=True)
+        (library / "lib.h").write_text("#pragma once\nconstexpr int kLib = 1;\n")
+        return (kernels, library)
+    source = '#include "sm90/a.cuh"\n#include <lib.h>\n'
+    here = compiler.header_digest(source, tree(tmp_path / "a" / "kernels", tmp_path / "z" / "lib"))
+    there = compiler.header_digest(source, tree(tmp_path / "z2" / "kernels", tmp_path / "a2" / "lib"))
+    assert here == there
+
+
 def test_cache_key_changes_when_an_included_kernel_header_changes(tmp_path, monkeypatch):
     root = tmp_path / "kernels"
     _header_tree(root)

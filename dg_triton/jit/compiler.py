@@ -121,9 +121,12 @@ def header_digest(source: str, roots: tuple[Path, ...] | None = None) -> str:
                     break
 
     visit(source.encode(), None)
+    # Names and contents only, in an order that does not depend on where the headers live, so a
+    # cache built on one machine serves another with the same sources and compiler (a prebuilt
+    # cache carried to a GPU host, a container image).
     digest = hashlib.sha256()
-    for path in sorted(seen):
-        digest.update(f"{path.name}:{seen[path]};".encode())
+    for name, sha in sorted((path.name, sha) for path, sha in seen.items()):
+        digest.update(f"{name}:{sha};".encode())
     return digest.hexdigest()
 
 
