@@ -320,6 +320,23 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
                   f"{best[0][0]:.1f} us", flush=True)
 
 
+def fp8_sweep_configs(m, n, k, kind, out_bytes):
+    """The configs fp8_sweep times on one shape (benchmarks/prebuild_sweep.py compiles them ahead).
+    Kept within the lease: block M 128 and 2-CTA clusters along M for large M; block M 64, narrow
+    tiles and split-K for small M."""
+    small = m <= 128
+    for block_m in (64,) if small else (128,):
+        for block_n in (16, 32, 48, 64, 96, 128) if small else range(96, 193, 16):
+            if not heuristics.fp8_block_n_fits(kind, block_m, block_n):
+                continue
+            for splits in FP8_SWEEP_SPLITS if small else (1,):
+                for cluster_m, cluster_n in ((1, 1),) if small else ((1, 1), (2, 1)):
+                    config = heuristics.make_fp8_config(kind, m, n, block_m, block_n, splits, k,
+                                                        out_bytes, 132, cluster_n, cluster_m)
+                    if config is not None and config.num_splits == splits:
+                        yield config
+
+
 def fp8_sweep(m, n, k, kind, a, b, ref):
     """Times FP8 tile configs on one shape through the kernel layer (forced configs, as
     tests/test_fp8_gemm_kernel_gpu.py runs them); returns [(us, config name)], fastest first.
@@ -335,29 +352,17 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, None, layout)
     results = []
-    # Kept within the lease: block M 128 and 2-CTA clusters along M for large M; block M 64,
-    # narrow tiles and split-K for small M.
-    small = m <= 128
-    for block_m in (64,) if small else (128,):
-        for block_n in (16, 32, 48, 64, 96, 128) if small else range(96, 193, 16):
-            if not heuristics.fp8_block_n_fits(kind, block_m, block_n):
-                continue
-            for splits in FP8_SWEEP_SPLITS if small else (1,):
-                for cluster_m, cluster_n in ((1, 1),) if small else ((1, 1), (2, 1)):
-                    config = heuristics.make_fp8_config(kind, m, n, block_m, block_n, splits, k,
-                                                        d.element_size(), 132, cluster_n, cluster_m)
-                    if config is None or config.num_splits != splits:
-                        continue
-                    run = functools.partial(sm90_fp8_gemm.run, "sweep", a_q, sfa, b_q, sfb, d,  # noqa: E731
-                                            problem, False, "", config)
-                    try:
-                        check(run, d, ref, threshold=1e-3)
-                    except (AssertionError, RuntimeError, ValueError) as error:
-                        print(f"    sweep {kind} {m}x{n}x{k} {config}: FAILED {error}", flush=True)
-                        continue
-                    t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
-                    results.append((t, f"{block_m}x{block_n} split {config.num_splits} "
-                                       f"cluster {cluster_m}x{cluster_n}", config))
+    for config in fp8_sweep_configs(m, n, k, kind, d.element_size()):
+        run = functools.partial(sm90_fp8_gemm.run, "sweep", a_q, sfa, b_q, sfb, d,  # noqa: E731
+                                problem, False, "", config)
+        try:
+            check(run, d, ref, threshold=1e-3)
+        except (AssertionError, RuntimeError, ValueError) as error:
+            print(f"    sweep {kind} {m}x{n}x{k} {config}: FAILED {error}", flush=True)
+            continue
+        t = testing.bench_graph(run, warmup_ms=5, rep_ms=20)
+        results.append((t, f"{config.block_m}x{config.block_n} split {config.num_splits} "
+                           f"cluster {config.cluster_m}x{config.cluster_n}", config))
     results.sort(key=lambda r: r[0])
     for t, name, _ in results[:5]:
         print(f"    sweep {kind} {m}x{n}x{k} {name}: {t:8.1f} us", flush=True)

@@ -94,6 +94,12 @@ fi
 if [ "$bench" = 1 ]; then
     wants host && run_stage "profile_host" "$LOGS/host_profile.txt" 20 python3 benchmarks/profile_host.py
     wants prologue && run_stage "bench_prologue" "$LOGS/bench_prologue.txt" 40 python3 benchmarks/bench_prologue.py
+    # A sweep first compiles its binaries on every core (one after another inside the sweep they
+    # took most of a 400 s run, 2026-12-02).
+    # shellcheck disable=SC2086
+    if wants fp8 && [[ " ${FP8_BENCH_ARGS:-} " == *" --sweep "* ]]; then
+        run_stage "prebuild_sweep" "$LOGS/prebuild_sweep.txt" 2 python3 benchmarks/prebuild_sweep.py ${FP8_BENCH_ARGS}
+    fi
     # shellcheck disable=SC2086
     wants fp8 && run_stage "bench_gemm fp8" "$LOGS/bench_fp8.txt" 14 \
         python3 benchmarks/bench_gemm.py --family fp8_gemm ${FP8_BENCH_ARGS:-}
