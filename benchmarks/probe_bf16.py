@@ -4,6 +4,10 @@ the reference before it is timed, all timed in alternation (the GPU's clock drif
 cap). Prints one table; NOTES.md keeps the conclusions.
 
     python benchmarks/probe_bf16.py [--variants ",DG_SOME_MACRO"] [--shapes 4096x4096x7168,...]
+
+A macro the kernel does not read builds the baseline under another name. The kernel has no probe
+macros today: 2026-12-02's DG_PROBE_OVERLAP_EPILOGUE / DG_PROBE_DIRECT_STORE (NOTES.md, session 12)
+were measured slower and removed; their code is in commit 15c1cd3.
 """
 import argparse
 import statistics

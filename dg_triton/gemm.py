@@ -8,36 +8,41 @@ from dg_triton import dispatch, settings, validation
 from dg_triton.kernels import sm90_bf16_gemm
 
 
-# Warm calls: the SM90 plan of every problem launched before, keyed by all that validation, the
-# backend choice and the plan read from the arguments and settings (shapes, strides, dtypes,
-# devices, whether c is d, compiled_dims, the runtime settings, DG_BACKEND, dispatch's cache
-# generation). A hit checks only what the key leaves out, the addresses' 16-byte alignment, and
-# launches: about 2 us less host time a call than validating again (profile_host.py). Calls with a
-# `c` other than d, and anything unusual, take the full path.
+# Warm calls: (plan, device index) of every SM90 problem launched before, keyed by all that
+# validation, the backend choice and the plan read from the arguments and settings (shapes,
+# strides, dtypes, devices, whether c is d, compiled_dims, the runtime settings, DG_BACKEND,
+# dispatch's cache generation). A hit checks only what the key leaves out, the addresses' 16-byte
+# alignment, and launches: the full checks cost 3-5 us of host time a call (profile_host.py).
+# Calls with a `c` other than d, and anything unusual, take the full path, which names the bad
+# argument. (grouped.py keeps the same kind of table for the M-grouped GEMMs.)
 _warm_plans: dict = {}
 _WARM_PLANS_MAX = 1024
 
 
-def _warm_key(function: str, a, b, d, c, compiled_dims: str):
+def _warm_key(function: str, a, b, d, c, compiled_dims):
     if c is not None and c is not d:
         return None
     try:
-        return (function, a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
-                b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
-                d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda, c is None, compiled_dims,
-                settings._plan_settings, dispatch._backend_setting(), dispatch.generation)
-    except (AttributeError, TypeError):  # not tensors: the full path names the argument
+        key = (function, a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
+               b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
+               d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda, c is None, compiled_dims,
+               settings._plan_settings, dispatch._backend_setting(), dispatch.generation)
+        hash(key)  # an unhashable compiled_dims: the full path rejects it by name
+        return key
+    except Exception:  # not tensors, or tensors without strides (sparse, nested): the full path
         return None
 
 
 def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
     key = _warm_key(function, a, b, d, c, compiled_dims)
-    plan = _warm_plans.get(key) if key is not None else None
-    if plan is not None:
+    warm = _warm_plans.get(key) if key is not None else None
+    if warm is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         if not (a_ptr | b_ptr | d_ptr) & 15:
-            plan.launch(a_ptr, b_ptr, d_ptr, key[14])
+            plan, device_index = warm
+            plan.launch(a_ptr, b_ptr, d_ptr, device_index)
             return
+    validation.compiled_dims_argument(function, compiled_dims)
     m, n, k, a_k_major, b_k_major, device_index, layout, addresses = validation.bf16_gemm(
         function, a, b, d, c)
     # Empty problems (API.md 1.3): nothing to multiply, no kernel.
@@ -62,7 +67,7 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
     if key is not None and d.is_cuda:
         if len(_warm_plans) >= _WARM_PLANS_MAX:
             _warm_plans.clear()
-        _warm_plans[key] = plan
+        _warm_plans[key] = (plan, device_index)
 
 
 def _transpose(t):

@@ -1,8 +1,9 @@
 """Argument checks shared by every public function.
 
 Each check raises DGArgumentError ("{function}: {argument} must be {expected}, got {actual}") before
-any kernel work. They run on every call, and on the H200's host a tensor attribute read costs
-~0.2 us, so a checker reads each attribute once and does the rest in plain integer arithmetic;
+any kernel work. They run on every call but the warm ones whose argument signature passed them
+before (gemm.py and grouped.py keep those signatures). On the H200's host a tensor attribute read
+costs ~0.2 us, so a checker reads each attribute once and does the rest in plain integer arithmetic;
 messages are built only on failure. TMA rules (API.md 1.2, 10) are checked here, up front, instead of
 surfacing later as a driver error: 16-byte aligned base addresses and every non-unit stride a
 multiple of 16 bytes and no shorter than a row (a dimension of size 1 has no stride that matters).
@@ -15,6 +16,14 @@ _Tensor = torch.Tensor
 _BF16, _FP32 = torch.bfloat16, torch.float32
 _ELEMENT_SIZE = {torch.bfloat16: 2, torch.float32: 4, torch.float8_e4m3fn: 1, torch.int8: 1,
                  torch.int32: 4, torch.float16: 2}
+
+
+def compiled_dims_argument(function: str, compiled_dims) -> str:
+    """compiled_dims as the GEMMs take it: a str, the dims ('m', 'n', 'k') baked into the kernel."""
+    if not isinstance(compiled_dims, str):
+        raise reject(function, "compiled_dims", "a str (a subset of 'mnk')",
+                     f"{type(compiled_dims).__name__} {compiled_dims!r}")
+    return compiled_dims
 
 
 def _tensor_2d(function: str, argument: str, t, dtypes: tuple) -> None:

@@ -35,6 +35,7 @@ from dg_triton.validation import (
     _same_device,
     _tma_layout,
     check_c,
+    compiled_dims_argument,
 )
 
 _Tensor = torch.Tensor
@@ -95,9 +96,7 @@ def _granularity(function: str, argument: str, value, length: int):
 
 def arguments(function: str, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast):
     """The recipes as tuples of ints (or None) and the flag as a bool."""
-    if not isinstance(compiled_dims, str):
-        raise reject(function, "compiled_dims", "a str (a subset of 'mnk')",
-                     f"{type(compiled_dims).__name__} {compiled_dims!r}")
+    compiled_dims_argument(function, compiled_dims)
     if disable_ue8m0_cast is not False:
         disable_ue8m0_cast = bool_argument(function, "disable_ue8m0_cast", disable_ue8m0_cast)
     if recipe is None and recipe_a is None and recipe_b is None:

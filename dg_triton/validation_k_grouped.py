@@ -31,7 +31,7 @@ from dg_triton.errors import reject
 from dg_triton.grouped import _index_tensor, _positive
 from dg_triton.settings import bool_argument
 from dg_triton.utils.layout import _check_ks_cpu, get_mk_alignment_for_contiguous_layout
-from dg_triton.validation import _operand_major, _same_device, _tma_layout
+from dg_triton.validation import _operand_major, _same_device, _tma_layout, compiled_dims_argument
 from dg_triton.validation_fp8 import SFA, SFB, _pair
 
 _Tensor = torch.Tensor
@@ -70,9 +70,7 @@ def _sm100() -> bool:
 def arguments(function: str, ks_cpu, compiled_dims, use_psum_layout) -> list[int]:
     """The checked per-group K sizes (ks_cpu as ints). The psum layout is refused: on SM90 as
     DeepGEMM refuses it; on SM100 until its kernel exists (module docstring)."""
-    if not isinstance(compiled_dims, str):
-        raise reject(function, "compiled_dims", "a str (a subset of 'mnk')",
-                     f"{type(compiled_dims).__name__} {compiled_dims!r}")
+    compiled_dims_argument(function, compiled_dims)
     if bool_argument(function, "use_psum_layout", use_psum_layout):
         if _sm100():
             raise NotImplementedError(

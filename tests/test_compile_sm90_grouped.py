@@ -142,6 +142,12 @@ def _fp8_variants():
                 _NUM_SMS)
             spec = GroupedFp8GemmKernelSpec(config, MASKED, n, k)
             specs[spec] = spec
+    # The masked decode tiles with K compiled in as 2048 (16 K blocks, 8 stages), where the
+    # producer once spilled at 40 registers.
+    for block_n in heuristics._MASKED_DECODE_BLOCK_NS:
+        config = heuristics.make_fp8_config("1d2d", 64, 4096, 64, block_n, 1, 2048, 2, _NUM_SMS)
+        spec = GroupedFp8GemmKernelSpec(config, MASKED, 4096, 2048)
+        specs[spec] = spec
     # The widest tile the FP8 register budget allows at each block M, and the narrowest.
     for block_m in (64, 128):
         for block_n in (16, heuristics.FP8_MAX_BLOCK_N["1d2d"]):

@@ -56,14 +56,25 @@ def count_full_checks(monkeypatch):
     return calls
 
 
+def at(buffer, offset, rows, cols):
+    """A [rows, cols] view of `buffer` starting `offset` elements in: meta views of one buffer have
+    distinct data pointers, fresh meta tensors all have 0."""
+    return buffer[offset:offset + rows * cols].view(rows, cols)
+
+
 def test_warm_calls_skip_the_full_checks_and_launch_with_each_calls_pointers(fake_cuda, monkeypatch):
     checks = count_full_checks(monkeypatch)
-    for _ in range(3):
-        a, b, d = bf16(M, K), bf16(N, K), bf16(M, N)
+    buffer = bf16(1 << 20)
+    expected = []
+    for call in range(3):
+        base = call * 64 * 1024  # 16-byte multiples apart
+        a, b, d = at(buffer, base, M, K), at(buffer, base + 8192, N, K), at(buffer, base + 16384, M, N)
+        expected.append((a.data_ptr(), b.data_ptr(), d.data_ptr()))
         dg_triton.bf16_gemm_nt(a, b, d)
     assert len(checks) == 1 and len(fake_cuda["runs"]) == 1
-    assert len(fake_cuda["launches"]) == 2
-    assert fake_cuda["launches"][-1] == (a.data_ptr(), b.data_ptr(), d.data_ptr())
+    assert fake_cuda["runs"][0][1] == expected[0]
+    assert fake_cuda["launches"] == expected[1:]
+    assert len(set(expected)) == 3
 
 
 def test_tensors_off_cuda_always_take_the_full_checks(fake_cuda, monkeypatch):
@@ -118,3 +129,10 @@ def test_c_and_settings_are_part_of_the_warm_signature(fake_cuda):
     dispatch.clear_caches()
     dg_triton.bf16_gemm_nt(a, b, d)                 # a new dispatch generation: full path again
     assert len(fake_cuda["runs"]) == 4
+
+
+def test_an_unhashable_compiled_dims_gets_the_full_paths_answer(fake_cuda):
+    a, b, d = bf16(M, K), bf16(N, K), bf16(M, N)
+    dg_triton.bf16_gemm_nt(a, b, d)
+    with pytest.raises(DGArgumentError, match="bf16_gemm_nt: compiled_dims must be a str"):
+        dg_triton.bf16_gemm_nt(a, b, d, compiled_dims=["n", "k"])

@@ -10,7 +10,9 @@ from dg_triton import settings
 from dg_triton.errors import DGArgumentError
 
 HAS_CUDA = torch.cuda.is_available()
-_STATE = ("_num_sms", "_tc_util", "_pdl", "_ignore_compile_dims", "_block_size_multiple_of", "_deterministic")
+# _plan_settings too: the plan caches key on it, so it must come back in step with the rest.
+_STATE = ("_num_sms", "_tc_util", "_pdl", "_ignore_compile_dims", "_block_size_multiple_of", "_deterministic",
+          "_plan_settings")
 
 
 @pytest.fixture(autouse=True)

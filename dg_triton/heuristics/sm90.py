@@ -355,8 +355,8 @@ _MASKED_DECODE_BLOCK_NS = (64, 96, 128)
 def _masked_fp8_decode_config(num_groups: int, rows_per_group: int, rows: int, n: int, k: int,
                               num_sms: int) -> Bf16GemmConfig | None:
     """Block M 64; the block N whose tiles fill their rounds of num_sms best (in steps of 2 %),
-    the widest of those; the grid as choose_m_grouped_bf16_config caps it."""
-    from dataclasses import replace
+    the widest of those; the grid as choose_m_grouped_bf16_config caps it. For N of at least the
+    widest candidate (narrower N takes the cost model, whose candidates stop at N)."""
     best = None
     for block_n in _MASKED_DECODE_BLOCK_NS:
         config = make_fp8_config("1d2d", 64, n, 64, block_n, 1, k, 2, num_sms)
@@ -367,10 +367,15 @@ def _masked_fp8_decode_config(num_groups: int, rows_per_group: int, rows: int, n
         score = (math.floor(filled * 50), block_n)
         if best is None or score > best[0]:
             best = (score, config)
-    if best is None:
-        return None
-    most_tiles = num_groups * math.ceil(rows / 64) * math.ceil(n / best[1].block_n)
-    return replace(best[1], num_sms=max(1, min(num_sms, most_tiles)))
+    return None if best is None else _grid_within_tiles(best[1], num_groups, rows, n, num_sms)
+
+
+def _grid_within_tiles(config: Bf16GemmConfig, stacks: int, rows: int, n: int,
+                       num_sms: int) -> Bf16GemmConfig:
+    """The config with a persistent grid no larger than the tiles `stacks` x `rows` x n make."""
+    from dataclasses import replace
+    most_tiles = stacks * math.ceil(rows / config.block_m) * math.ceil(n / config.block_n)
+    return replace(config, num_sms=max(1, min(num_sms, most_tiles)))
 
 
 def choose_m_grouped_fp8_config(kind: str, num_groups: int, rows_per_group: int, rows: int,
@@ -392,7 +397,8 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
     kind GROUPED_CONTIGUOUS: block M from the mk alignment (grouped_contiguous_block_m); block N by
     the cost model for `num_groups` groups of `rows_per_group` rows (M / G for the index layout,
     expected_m_for_psum_layout for psum). GROUPED_MASKED: block M in {64, 128} and block N by the
-    cost model with `rows_per_group` = expected_m. `rows`: A's rows, M (contiguous) or max_m per
+    cost model with `rows_per_group` = expected_m (FP8 decode, expected_m <= 64 and N >= 128:
+    _masked_fp8_decode_config instead). `rows`: A's rows, M (contiguous) or max_m per
     group (masked); the most tiles they make cap the persistent grid. Ties on modelled cycles go
     to the tiling that keeps more SMs busy (memory-bound decode shapes tie on HBM time), then to
     the larger tile."""
@@ -406,7 +412,7 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
     else:
         raise ValueError(f"unknown grouped GEMM kind {kind!r}")
     rows_per_group = max(rows_per_group, 1)
-    if fp8 and kind == GROUPED_MASKED and rows_per_group <= 64:
+    if fp8 and kind == GROUPED_MASKED and rows_per_group <= 64 and n >= max(_MASKED_DECODE_BLOCK_NS):
         return _masked_fp8_decode_config(num_groups, rows_per_group, rows, n, k, num_sms)
     best = None
     for block_m in block_ms:
@@ -429,8 +435,4 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
                 best = (score, config)
     if best is None:
         return None
-    config = best[1]
-    stacks = num_groups if kind == GROUPED_MASKED else 1
-    most_tiles = stacks * math.ceil(rows / config.block_m) * math.ceil(n / config.block_n)
-    from dataclasses import replace
-    return replace(config, num_sms=max(1, min(num_sms, most_tiles)))
+    return _grid_within_tiles(best[1], num_groups if kind == GROUPED_MASKED else 1, rows, n, num_sms)

@@ -108,7 +108,9 @@ def _libcuda_launch():
     except (OSError, AttributeError):
         return None
     # No argtypes: the Launcher passes ready ctypes objects, which skips ctypes' per-call argument
-    # conversion (~0.5 us of the call on the H200's host, profile_host.py).
+    # conversion (~0.5 us of the call on the H200's host, profile_host.py). A caller must pass
+    # pointers as ctypes objects (c_void_p, pointer(...), None): a plain Python int would go as a
+    # 32-bit C int, truncated, with no error.
     launch.restype = ctypes.c_int
     return launch
 

@@ -3,8 +3,10 @@
 `Tma2dParams` holds everything cuTensorMapEncodeTiled takes except the address, and checks the
 driver's rules up front (CUDA driver API, cuTensorMapEncodeTiled), so that a bad layout becomes a
 Python error naming the tensor rather than CUDA_ERROR_INVALID_VALUE, and so the rules are unit-tested
-without a GPU. `encode` calls the driver; a `DescriptorCache` per operand layout keeps encoded descriptors in
-host buffers by address: weights, benchmark loops and CUDA-graph replays hit every time.
+without a GPU. A `DescriptorCache` per operand layout keeps encoded descriptors in host buffers by
+address (weights, benchmark loops and CUDA-graph replays hit every time) and encodes a new address
+with a direct ctypes call of the driver; `encode` is the same through cuda.bindings (the fallback,
+and the reference the GPU tests compare the ctypes encoding with).
 """
 import functools
 import sys
@@ -145,7 +147,8 @@ def _libcuda_encode():
 class DescriptorCache:
     """Encoded descriptors of one operand layout, by base address, in host buffers.
 
-    `__call__(address)` returns the address of a 128-byte buffer holding the descriptor; launchers
+    `__call__(address)` returns the address of the 128-byte descriptor (64-byte aligned, as the
+    driver's CUtensorMap is, inside a 192-byte host buffer); launchers
     point their kernel-parameter slot at it instead of copying bytes (the driver copies parameters
     during the launch call, so the buffer only has to live that long). Weights, benchmark loops
     and graph replays hit; a full cache is dropped, so fresh activations cannot grow it forever.
@@ -169,7 +172,6 @@ class DescriptorCache:
         import ctypes
         if env_flag("DG_JIT_DEBUG"):
             print(f"[dg_triton JIT] TMA descriptor {self.params} at {address:#x}", file=sys.stderr)
-        check_address(address, "tensor")
         # CUtensorMap is a 64-byte aligned struct: the descriptor lives at the first 64-byte
         # boundary of a 192-byte buffer.
         buffer = ctypes.create_string_buffer(192)
@@ -177,11 +179,13 @@ class DescriptorCache:
         if self._encoder is None and _libcuda_encode() is not None:
             self._encoder = _CtypesEncoder(self.params, _libcuda_encode())
         if self._encoder is not None:
+            check_address(address, "tensor")
             err = self._encoder(aligned, address)
             if err:
-                raise TmaLayoutError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for "
-                                     f"{self.params} at {address:#x}")
+                from cuda.bindings import driver
+                raise TmaLayoutError(f"cuTensorMapEncodeTiled failed ({driver.CUresult(err).name}) "
+                                     f"for {self.params} at {address:#x}")
         else:
-            ctypes.memmove(aligned, encode(self.params, address), 128)
+            ctypes.memmove(aligned, encode(self.params, address), 128)  # encode checks the address
         self._buffers[address] = (buffer, aligned)
         return aligned
