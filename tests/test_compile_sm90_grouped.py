@@ -134,20 +134,20 @@ def _fp8_variants():
                     heuristics.GROUPED_CONTIGUOUS, num_groups, expected, num_groups * expected, n, k,
                     _NUM_SMS, _ALIGNMENT)
                 spec = GroupedFp8GemmKernelSpec(config, layout, n, k)
-                specs[spec] = spec
+                specs[spec.source()] = spec  # one per binary
     for num_groups, expected in GROUPED_MASKED_GM:
         for n, k in GROUPED_NK:
             config = heuristics.choose_m_grouped_fp8_config(
                 heuristics.GROUPED_MASKED, num_groups, int(expected * 1.2), GROUPED_MASKED_MAX_M, n, k,
                 _NUM_SMS)
             spec = GroupedFp8GemmKernelSpec(config, MASKED, n, k)
-            specs[spec] = spec
+            specs[spec.source()] = spec  # one per binary
     # The masked decode tiles with K compiled in as 2048 (16 K blocks, 8 stages), where the
     # producer once spilled at 40 registers.
     for block_n in heuristics._MASKED_DECODE_BLOCK_NS:
         config = heuristics.make_fp8_config("1d2d", 64, 4096, 64, block_n, 1, 2048, 2, _NUM_SMS)
         spec = GroupedFp8GemmKernelSpec(config, MASKED, 4096, 2048)
-        specs[spec] = spec
+        specs[spec.source()] = spec  # one per binary
     # The widest tile the FP8 register budget allows at each block M, and the narrowest.
     for block_m in (64, 128):
         for block_n in (16, heuristics.FP8_MAX_BLOCK_N["1d2d"]):
@@ -156,7 +156,7 @@ def _fp8_variants():
                 if layout == MASKED and block_m == 128 and block_n > 160:
                     continue  # never chosen: spills (choose_m_grouped_fp8_config)
                 spec = GroupedFp8GemmKernelSpec(config, layout)
-                specs[spec] = spec
+                specs[spec.source()] = spec  # one per binary
     return sorted(specs.values(), key=lambda spec: (spec.name, spec.shape_n, spec.shape_k))
 
 
