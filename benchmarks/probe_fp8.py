@@ -3,7 +3,7 @@ side on the M=4096 shapes, each checked against the reference before it is timed
 alternation (the GPU's clock drifts under its power cap). Prints one table; NOTES.md keeps the
 conclusions.
 
-    python benchmarks/probe_fp8.py [--variants ",DG_SOME_MACRO"] [--block-ns 128,192]
+    python benchmarks/probe_fp8.py [--variants ",DG_SOME_MACRO"] [--block-ns 128,192] [--accumulate]
 
 (2026-12-01 it compared the ping-pong consumers with plain ones: NOTES.md, FP8 variant 4.)
 """
@@ -31,6 +31,8 @@ def main():
                         help="comma-separated macro sets ('+' joins macros; empty = baseline)")
     parser.add_argument("--block-ns", default="128,192")
     parser.add_argument("--kinds", default="1d2d,1d1d")
+    parser.add_argument("--accumulate", action="store_true",
+                        help="1d1d: D += A @ B^T into a random c, as the wgrad benchmark rows run")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
                         help="comma-separated MxNxK")
     args = parser.parse_args()
@@ -52,6 +54,8 @@ def main():
             d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16 if kind == "1d2d" else torch.float32)
             layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
             problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, None, layout)
+            accumulate = args.accumulate and kind == "1d1d"
+            c = torch.randn(m, n, device="cuda") if accumulate else None
             for block_n in block_ns:
                 if kind == "1d1d" and block_n > 144:
                     continue
@@ -59,11 +63,14 @@ def main():
                 runs = []
                 for defines in variants:
                     run = (lambda defines=defines: sm90_fp8_gemm.run(
-                        "probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines))
-                    d.fill_(float("nan"))
+                        "probe", a_q, sfa, b_q, sfb, d, problem, accumulate, "", config, defines))
+                    if accumulate:
+                        d.copy_(c)   # the timed repeats keep adding to it; only this run is checked
+                    else:
+                        d.fill_(float("nan"))
                     run()
                     torch.cuda.synchronize()
-                    diff = float(testing.calc_diff(d.float(), ref))
+                    diff = float(testing.calc_diff(d.float(), ref + c if accumulate else ref))
                     assert torch.isfinite(d).all() and diff < 1e-3, f"{kind} {defines}: calc_diff {diff}"
                     runs.append(run)
                 times = [[] for _ in variants]

@@ -5,8 +5,9 @@ Used to compare where ours and cuBLAS spend an SM's cycles on the same shape:
     ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
         python3 benchmarks/probe_ncu.py fp8_128x128 [M N K]
 
-Variants: bf16 (our heuristic config), cublas_bf16, fp8 (our heuristic config), fp8_BMxBN (a
-forced 1D2D tile), cublas_fp8 (block-wise torch._scaled_mm).
+Variants: bf16 (our heuristic config), cublas_bf16, fp8 (our heuristic config), fp8_1d1d (our
+heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile), cublas_fp8 (block-wise
+torch._scaled_mm).
 """
 import sys
 from pathlib import Path
@@ -32,6 +33,10 @@ def call_for(variant: str, m: int, n: int, k: int):
     b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
     if variant == "fp8":
         return lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_q, sfb), d)
+    if variant == "fp8_1d1d":   # the wgrad recipe: 1x128 scales on both, fp32 D += c
+        b_t, sfb_t = dg_triton.per_token_cast_to_fp8(b, False, tma_aligned_sf=True)
+        d32 = torch.randn(m, n, device="cuda")
+        return lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_t, sfb_t), d32, c=d32, recipe=(1, 1, 128))
     if variant == "cublas_fp8":
         scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
         return lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)

@@ -1,6 +1,7 @@
 // Epilogue: accumulators -> shared memory (swizzled as TMA expects, so the writes mostly avoid
 // bank conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
-// in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype).
+// in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype);
+// its first chunk is loaded while the tile's K loop still runs (prefetch_accumulator).
 // Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
 // wait for each other here.
 #pragma once
@@ -71,8 +72,35 @@ struct SwizzledTmaStoreEpilogue {
         return linear ^ (((linear >> 7) & (kSwizzleBytes / 16 - 1)) << 4);
     }
 
+    // The warpgroup leader's TMA load of one chunk of the current D tile into staging, once the
+    // previous stores have finished reading it.
+    __device__ __forceinline__ static void load_chunk(uint8_t* staging, uint64_t* load_barrier,
+                                                      const TmaDescriptor* tma_d, uint32_t row0,
+                                                      uint32_t chunk_col0) {
+        tma_store_wait_read_all();
+        // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
+        mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
+#pragma unroll
+        for (uint32_t s = 0; s < kChunkSlabs; ++s)
+            tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
+    }
+
+    // kAccumulate: starts the load of the tile's first chunk of D, which store() then only waits
+    // for. Called once per tile, before store(), by every thread of the warpgroup (the leader
+    // issues). Consumers call it a few K blocks into the tile, so the load (up to 32 KB per
+    // warpgroup from HBM, which the epilogue used to wait for: ~10 % of a 1D1D tile at K = 7168)
+    // runs under the MMAs, and the previous tile's stores have long finished reading staging.
+    __device__ __forceinline__ static void prefetch_accumulator(uint8_t* staging, uint64_t* load_barrier,
+                                                                const TmaDescriptor* tma_d,
+                                                                uint32_t row0, uint32_t col0) {
+        static_assert(kAccumulate, "only an accumulating epilogue loads D");
+        if (threadIdx.x % 128 == 0)
+            load_chunk(staging, load_barrier, tma_d, row0, col0);
+    }
+
     // acc: the m64nBLOCK_N wgmma fragment of this thread. row0/col0: global coordinates of the
-    // warpgroup's first element. load_phase flips on every accumulate load.
+    // warpgroup's first element. load_phase flips on every accumulate load. With kAccumulate,
+    // prefetch_accumulator() must have been called for this tile.
     __device__ __forceinline__ static void store(const float* acc, uint8_t* staging,
                                                  uint64_t* load_barrier, uint32_t& load_phase,
                                                  const TmaDescriptor* tma_d, uint32_t row0,
@@ -83,22 +111,19 @@ struct SwizzledTmaStoreEpilogue {
 #pragma unroll
         for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
             const uint32_t chunk_col0 = col0 + chunk * kChunkCols;
-            // The previous stores (last chunk, or last tile) must have finished reading staging.
-            if (leader)
-                tma_store_wait_read_all();
-            named_barrier_sync(barrier_id, 128);
-
             if constexpr (kAccumulate) {
-                if (leader) {
-                    // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
-                    mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
-#pragma unroll
-                    for (uint32_t s = 0; s < kChunkSlabs; ++s)
-                        tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier,
-                                    chunk_col0 + s * kSlabCols, row0);
-                }
+                // The first chunk was prefetched; a later one is loaded once the previous chunk's
+                // stores have read staging. The barrier's completion also tells every thread that
+                // staging is free.
+                if (chunk > 0 && leader)
+                    load_chunk(staging, load_barrier, tma_d, row0, chunk_col0);
                 mbarrier_wait(load_barrier, load_phase);
                 load_phase ^= 1;
+            } else {
+                // The previous stores (last chunk, or last tile) must have finished reading staging.
+                if (leader)
+                    tma_store_wait_read_all();
+                named_barrier_sync(barrier_id, 128);
             }
 
 #pragma unroll

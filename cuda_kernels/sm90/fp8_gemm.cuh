@@ -388,6 +388,14 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
+    // Without overlapped promotion, the K block after which an accumulating tile loads its c.
+    [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
+    // Whether c is loaded under the K loop (else just before the store, as before 2026-12-02).
+#ifdef DG_PROBE_LATE_C_LOAD   // probe builds (benchmarks/probe_fp8.py) only
+    [[maybe_unused]] constexpr bool kEarlyAccumulatorLoad = false;
+#else
+    [[maybe_unused]] constexpr bool kEarlyAccumulatorLoad = true;
+#endif
     const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
@@ -436,6 +444,20 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         auto read_scales = [&](bool last) {
             block_scales.take(scale_slots + done.stage * T::kScaleStageBytes, slot_offsets, b_rows, last);
         };
+        // kAccumulate: the tile's D (c) is brought into the epilogue's staging under the K loop,
+        // once, after the first chain (or the first few K blocks); a tile too short for that
+        // loads it just before its store.
+        [[maybe_unused]] bool c_loaded = false;
+        [[maybe_unused]] auto load_c = [&] {
+            if constexpr (T::kAccumulate && !T::kSplitK) {
+                if (!c_loaded)
+                    T::Epilogue::prefetch_accumulator(
+                        plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                        &plan.epilogue_barriers[math_wg], &tma_d,
+                        unit.m_block * T::kBlockM + math_wg * 64, n0);
+                c_loaded = true;
+            }
+        };
         auto promote_block = [&](float* block_partial) {
             wgmma_fence_operands<T::kBlockN / 2>(block_partial);
             release_stage<T>(&plan.empty[done.stage], cluster_rank);
@@ -465,8 +487,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             constexpr uint32_t kChain = T::kPromotionChain;
             const uint32_t begin = unit.k_block_begin, end = unit.k_block_end;
             uint32_t kb = begin;
-            for (; kb + kChain <= end; kb += kChain)
+            for (; kb + kChain <= end; kb += kChain) {
                 chain(ChainLength<kChain>{}, kb + kChain == end);
+                if constexpr (kEarlyAccumulatorLoad)
+                    load_c();
+            }
             // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
             if constexpr (kChain > 8) {
                 if (end - kb >= 8) {
@@ -495,8 +520,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 read_scales(kb + 1 == unit.k_block_end);
                 wgmma_wait_group<0>();
                 promote_block(partial[0]);
+                if (kEarlyAccumulatorLoad && kb == unit.k_block_begin + kAccumulatorLoadBlock)
+                    load_c();
             }
         }
+        load_c();
         // (A unit without K blocks, a grouped padding tile, stores its zeros.) Storing this tile
         // in the next tile's first chain, under its first block's wgmmas, measured slower on the
         // H200 (K=2048: 116.8 vs 106.1 us; NOTES.md) and was removed.
