@@ -56,12 +56,12 @@ def _operands(m, n, k, kind):
     return a, b, a_q, sfa, b_q, sfb, a_dequant @ b_dequant.T
 
 
-def _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config, head_splits=None):
+def _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config, head_splits=None, probe_defines=()):
     from dg_triton.kernels import sm90_fp8_gemm
 
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, head_splits, layout)
-    sm90_fp8_gemm.run("test", a_q, sfa, b_q, sfb, d, problem, accumulate, "", config)
+    sm90_fp8_gemm.run("test", a_q, sfa, b_q, sfb, d, problem, accumulate, "", config, probe_defines)
     torch.cuda.synchronize()
 
 
@@ -104,6 +104,27 @@ def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, clus
     from dg_triton.testing import calc_diff
     assert calc_diff(d.float(), expected) < THRESHOLD
     assert calc_diff(d.float(), unquantized) < THRESHOLD
+
+
+@pytest.mark.parametrize("block_n", (112, 144, 128))   # overlapped promotion; not; D in 2 chunks
+@pytest.mark.parametrize("k", (1040, 256))   # a chain of 8 K blocks and a tail; no whole chain
+def test_fp8_kernel_early_c_load_probe_matches_references(block_n, k):
+    """The opt-in early load of c (DG_PROBE_EARLY_C_LOAD, benchmarks/probe_fp8.py): with more
+    tiles than SMs, so that CTAs reuse their staging for a second tile."""
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.testing import calc_diff
+
+    m, n = 2000, 2500
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, "1d1d")
+    c = torch.randn(m, n, device="cuda").mul_(32)
+    d = c.clone()
+    config = make_fp8_config("1d1d", m, n, 128, block_n, 1, k, 4, 132)
+    assert config is not None and -(-m // 128) * -(-n // block_n) > config.num_sms
+    _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d1d", True, config, probe_defines=("DG_PROBE_EARLY_C_LOAD",))
+    assert torch.isfinite(d).all()
+    assert calc_diff(d.float(), dequant_ref + c) < THRESHOLD
+    assert calc_diff(d.float(), a.float() @ b.float().T + c) < THRESHOLD
 
 
 # (kind, block_m, block_n, num_splits): split-K reduces K-slices through the FP32 workspace.

@@ -116,7 +116,14 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
     // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
     const uint32_t a_offset = math_wg * 64 * 128;
-    // The K block after which an accumulating tile starts loading its c (prefetch_accumulator).
+    // Whether an accumulating tile loads its c under the K loop, after K block
+    // kAccumulatorLoadBlock, rather than at its store: a probe build only until measured
+    // (fp8_gemm.cuh, kEarlyCLoad).
+#ifdef DG_PROBE_EARLY_C_LOAD
+    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
+#else
+    constexpr bool kEarlyCLoad = false;
+#endif
     [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
 
     typename Sched::Unit unit;
@@ -135,12 +142,15 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
                 acc[i] = 0.0f;
         }
-        // kAccumulate: the tile's D (c) is brought into the epilogue's staging under the K loop,
-        // after its first few K blocks (a shorter tile loads it just before its store).
-        [[maybe_unused]] uint8_t* const my_staging = staging + math_wg * T::Epilogue::kBytesPerWarpgroup;
-        [[maybe_unused]] const uint32_t row0 = unit.m_block * T::kBlockM + math_wg * 64;
-        [[maybe_unused]] const uint32_t k_block_load_c =
-            min(unit.k_block_begin + kAccumulatorLoadBlock, unit.k_block_end - 1);
+        // kEarlyCLoad: the tile's c, brought into the epilogue's staging under the K loop (a tile
+        // without K blocks loads it just before its store).
+        [[maybe_unused]] auto load_c = [&] {
+            if constexpr (kEarlyCLoad)
+                T::Epilogue::prefetch_accumulator(staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                                                  &epilogue_barriers[math_wg], &tma_d,
+                                                  unit.m_block * T::kBlockM + math_wg * 64,
+                                                  unit.n_block * T::kBlockN);
+        };
         uint32_t previous_stage = 0;
         for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
             mbarrier_wait(&full[pipe.stage], pipe.phase);
@@ -162,10 +172,9 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 release_stage<T>(&empty[previous_stage], cluster_rank);
             previous_stage = pipe.stage;
             pipe.advance<T::kNumStages>();
-            if constexpr (T::kAccumulate && !T::kSplitK) {
-                if (kb == k_block_load_c)
-                    T::Epilogue::prefetch_accumulator(my_staging, &epilogue_barriers[math_wg], &tma_d,
-                                                      row0, unit.n_block * T::kBlockN);
+            if constexpr (kEarlyCLoad) {
+                if (kb == min(unit.k_block_begin + kAccumulatorLoadBlock, unit.k_block_end - 1))
+                    load_c();
             }
         }
         // Outside any branch: a wgmma wait on a path ptxas cannot prove uniform serializes every
@@ -174,10 +183,9 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         wgmma_fence_operands<T::kBlockN / 2>(acc);
         if (!Sched::kGrouped || unit.k_block_begin < unit.k_block_end)
             release_stage<T>(&empty[previous_stage], cluster_rank);
-        if constexpr (T::kAccumulate && !T::kSplitK) {
+        if constexpr (kEarlyCLoad) {
             if (unit.k_block_begin == unit.k_block_end)   // no K block loaded c
-                T::Epilogue::prefetch_accumulator(my_staging, &epilogue_barriers[math_wg], &tma_d,
-                                                  row0, unit.n_block * T::kBlockN);
+                load_c();
         }
 
         if constexpr (T::kSplitK) {
@@ -192,8 +200,10 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
-            T::Epilogue::store(acc, my_staging, &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                               row0, unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
+            T::Epilogue::template store<kEarlyCLoad>(
+                acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup, &epilogue_barriers[math_wg],
+                epilogue_phase, &tma_d, unit.m_block * T::kBlockM + math_wg * 64,
+                unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
         }
     }
     T::Epilogue::finish();

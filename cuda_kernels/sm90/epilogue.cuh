@@ -1,7 +1,7 @@
 // Epilogue: accumulators -> shared memory (swizzled as TMA expects, so the writes mostly avoid
 // bank conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
-// in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype);
-// its first chunk is loaded while the tile's K loop still runs (prefetch_accumulator).
+// in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype)
+// (optionally its first chunk while the tile's K loop still runs: prefetch_accumulator).
 // Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
 // wait for each other here.
 #pragma once
@@ -72,12 +72,11 @@ struct SwizzledTmaStoreEpilogue {
         return linear ^ (((linear >> 7) & (kSwizzleBytes / 16 - 1)) << 4);
     }
 
-    // The warpgroup leader's TMA load of one chunk of the current D tile into staging, once the
-    // previous stores have finished reading it.
+    // The warpgroup leader's TMA load of one chunk of the current D tile into staging (which the
+    // previous stores must have finished reading).
     __device__ __forceinline__ static void load_chunk(uint8_t* staging, uint64_t* load_barrier,
                                                       const TmaDescriptor* tma_d, uint32_t row0,
                                                       uint32_t chunk_col0) {
-        tma_store_wait_read_all();
         // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
         mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
 #pragma unroll
@@ -85,45 +84,50 @@ struct SwizzledTmaStoreEpilogue {
             tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
     }
 
-    // kAccumulate: starts the load of the tile's first chunk of D, which store() then only waits
-    // for. Called once per tile, before store(), by every thread of the warpgroup (the leader
-    // issues). Consumers call it a few K blocks into the tile, so the load (up to 32 KB per
-    // warpgroup from HBM, which the epilogue used to wait for: ~10 % of a 1D1D tile at K = 7168)
-    // runs under the MMAs, and the previous tile's stores have long finished reading staging.
+    // kAccumulate: starts the load of the tile's first chunk of D early, for a store<true>() that
+    // then only waits for it; called once per tile by every thread of the warpgroup (the leader
+    // issues). A consumer calls it a few K blocks into the tile, so that the load (up to 32 KB per
+    // warpgroup from HBM, waited for at the store otherwise) runs under the MMAs, long after the
+    // previous tile's stores finished reading staging. (Opt-in, DG_PROBE_EARLY_C_LOAD, until it is
+    // measured on the GPU.)
     __device__ __forceinline__ static void prefetch_accumulator(uint8_t* staging, uint64_t* load_barrier,
                                                                 const TmaDescriptor* tma_d,
                                                                 uint32_t row0, uint32_t col0) {
         static_assert(kAccumulate, "only an accumulating epilogue loads D");
-        if (threadIdx.x % 128 == 0)
+        if (threadIdx.x % 128 == 0) {
+            tma_store_wait_read_all();
             load_chunk(staging, load_barrier, tma_d, row0, col0);
+        }
     }
 
     // acc: the m64nBLOCK_N wgmma fragment of this thread. row0/col0: global coordinates of the
-    // warpgroup's first element. load_phase flips on every accumulate load. With kAccumulate,
-    // prefetch_accumulator() must have been called for this tile.
+    // warpgroup's first element. load_phase flips on every accumulate load. kFirstChunkPrefetched:
+    // prefetch_accumulator() was called for this tile.
+    template <bool kFirstChunkPrefetched = false>
     __device__ __forceinline__ static void store(const float* acc, uint8_t* staging,
                                                  uint64_t* load_barrier, uint32_t& load_phase,
                                                  const TmaDescriptor* tma_d, uint32_t row0,
                                                  uint32_t col0, uint32_t barrier_id) {
+        static_assert(kAccumulate || !kFirstChunkPrefetched, "only an accumulating epilogue loads D");
         const bool leader = threadIdx.x % 128 == 0;
         const uint32_t staging_addr = smem_addr(staging);
 
 #pragma unroll
         for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
             const uint32_t chunk_col0 = col0 + chunk * kChunkCols;
-            if constexpr (kAccumulate) {
-                // The first chunk was prefetched; a later one is loaded once the previous chunk's
-                // stores have read staging. The barrier's completion also tells every thread that
-                // staging is free.
-                if (chunk > 0 && leader)
-                    load_chunk(staging, load_barrier, tma_d, row0, chunk_col0);
-                mbarrier_wait(load_barrier, load_phase);
-                load_phase ^= 1;
-            } else {
-                // The previous stores (last chunk, or last tile) must have finished reading staging.
+            // A prefetched chunk is only waited for. Otherwise the previous stores (last chunk, or
+            // last tile) must have finished reading staging before anything lands there.
+            const bool prefetched = kFirstChunkPrefetched && chunk == 0;
+            if (!prefetched) {
                 if (leader)
                     tma_store_wait_read_all();
                 named_barrier_sync(barrier_id, 128);
+            }
+            if constexpr (kAccumulate) {
+                if (!prefetched && leader)
+                    load_chunk(staging, load_barrier, tma_d, row0, chunk_col0);
+                mbarrier_wait(load_barrier, load_phase);
+                load_phase ^= 1;
             }
 
 #pragma unroll

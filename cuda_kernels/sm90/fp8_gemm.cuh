@@ -388,14 +388,16 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
-    // Without overlapped promotion, the K block after which an accumulating tile loads its c.
-    [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
-    // Whether c is loaded under the K loop (else just before the store, as before 2026-12-02).
-#ifdef DG_PROBE_LATE_C_LOAD   // probe builds (benchmarks/probe_fp8.py) only
-    [[maybe_unused]] constexpr bool kEarlyAccumulatorLoad = false;
+    // Whether an accumulating tile loads its c under the K loop (after the first chain, or without
+    // overlapped promotion after K block kAccumulatorLoadBlock) rather than at its store. Written
+    // 2026-12-02 without a GPU to measure it on, so a probe build only for now
+    // (benchmarks/probe_fp8.py --accumulate --variants ",DG_PROBE_EARLY_C_LOAD").
+#ifdef DG_PROBE_EARLY_C_LOAD
+    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
 #else
-    [[maybe_unused]] constexpr bool kEarlyAccumulatorLoad = true;
+    constexpr bool kEarlyCLoad = false;
 #endif
+    [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
     const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
@@ -444,12 +446,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         auto read_scales = [&](bool last) {
             block_scales.take(scale_slots + done.stage * T::kScaleStageBytes, slot_offsets, b_rows, last);
         };
-        // kAccumulate: the tile's D (c) is brought into the epilogue's staging under the K loop,
-        // once, after the first chain (or the first few K blocks); a tile too short for that
-        // loads it just before its store.
+        // kEarlyCLoad: the tile's c, brought into the epilogue's staging once under the K loop (a
+        // tile too short for that loads it just before its store).
         [[maybe_unused]] bool c_loaded = false;
         [[maybe_unused]] auto load_c = [&] {
-            if constexpr (T::kAccumulate && !T::kSplitK) {
+            if constexpr (kEarlyCLoad) {
                 if (!c_loaded)
                     T::Epilogue::prefetch_accumulator(
                         plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
@@ -489,8 +490,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             uint32_t kb = begin;
             for (; kb + kChain <= end; kb += kChain) {
                 chain(ChainLength<kChain>{}, kb + kChain == end);
-                if constexpr (kEarlyAccumulatorLoad)
-                    load_c();
+                load_c();
             }
             // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
             if constexpr (kChain > 8) {
@@ -520,7 +520,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 read_scales(kb + 1 == unit.k_block_end);
                 wgmma_wait_group<0>();
                 promote_block(partial[0]);
-                if (kEarlyAccumulatorLoad && kb == unit.k_block_begin + kAccumulatorLoadBlock)
+                if (kEarlyCLoad && kb == unit.k_block_begin + kAccumulatorLoadBlock)
                     load_c();
             }
         }
@@ -541,10 +541,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
-            T::Epilogue::store(acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                               &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                               unit.m_block * T::kBlockM + math_wg * 64,
-                               skip_head_mid_column(n0, scales), /*barrier_id=*/1 + math_wg);
+            T::Epilogue::template store<kEarlyCLoad>(
+                acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales),
+                /*barrier_id=*/1 + math_wg);
         }
     }
     T::Epilogue::finish();
