@@ -5,8 +5,9 @@ Every alias rewrites its physical operands into the logical NT problem (A [M, K]
 views, data and scale factors alike (API.md 1.1), never copies. The NT core then: checks the
 operands, d and c (validation_fp8.operands); applies the empty-problem rules of API.md 1.3 (no
 kernel); resolves the recipe and checks the scale factors and what the recipe's kernel needs of d
-and c (validation_fp8.scaling); dispatches (the SM90 CUDA kernel, or the portable Triton kernel:
-dispatch.py); brings the SFs into the layouts the kernel reads with
+and c (validation_fp8.scaling); dispatches (the SM90 CUDA kernel -- or for M up to
+heuristics.sm90.FP8_GEMV_MAX_M, off for now, the CUDA-core GEMV of dg_triton/triton/gemv.py --
+or the portable Triton kernel: dispatch.py); brings the SFs into the layouts the kernel reads with
 transform_sf_into_required_layout (the portable kernel reads the same layouts through their
 strides); copies c into d; launches.
 
@@ -16,6 +17,7 @@ strides); copies c into d; launches.
 import torch
 
 from dg_triton import dispatch, settings, validation_fp8
+from dg_triton.heuristics import sm90 as heuristics
 from dg_triton.kernels import sm90_fp8_gemm
 from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmProblem
 from dg_triton.reference_sf_layout import is_mn_major_tma_aligned
@@ -66,6 +68,10 @@ def _launch(function: str, rules, ops, scaling, d, c, compiled_dims: str, disabl
         from dg_triton.triton import gemm_portable  # imports Triton: only when used
         gemm_portable.fp8_gemm(function, ops.a, sfa, ops.b, sfb, d, scaling.kind, c is not None,
                                head_splits)
+        return
+    if m <= heuristics.FP8_GEMV_MAX_M and head_splits is None:
+        from dg_triton.triton import gemv  # imports Triton: only when used
+        gemv.fp8_gemv(function, ops.a, sfa, ops.b, sfb, d, scaling.kind, c is not None)
         return
     problem = Fp8GemmProblem(m, n, k, scaling.kind, ops.device_index, head_splits,
                              ops.layout + (sfa.stride(), sfb.stride()))

@@ -9,9 +9,12 @@
 #              fp8_gemm_1d1d; python -m dg_triton.tune), writing autotune_configs/sm90/*_portable.json
 #              (copied into the logs); the portable benchmarks then read them.
 # --tests=PATS only the GPU test files whose name contains one of PATS, comma-separated (fp8,swiglu).
-# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu,probe_portable
-#              (default all but ncu, an Nsight Compute counter profile of the FP8 GEMM, benchmarks/ncu_fp8.py,
-#              and probe_portable, benchmarks/probe_portable.py).
+# --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu,probe_portable,
+#              probe_gemv,probe_c_load (default all but ncu, an Nsight Compute counter profile of the FP8
+#              GEMM, benchmarks/ncu_fp8.py; probe_portable, benchmarks/probe_portable.py; probe_gemv, the
+#              FP8 GEMV against the tensor-core kernel at decode M, benchmarks/probe_gemv.py; and
+#              probe_c_load, the accumulating FP8 kernel with c loaded under the K loop or at the store,
+#              benchmarks/probe_fp8.py --accumulate).
 # FP8_BENCH_ARGS extra arguments for bench_gemm.py --family fp8_gemm (e.g. "--sweep --sweep-ms 4096").
 # SKIP_MAIN=1 skips `python -m dg_triton` (for a second invocation in the same run).
 # Every stage runs under a time limit (STAGE_TIMEOUT seconds, default 300) so that a hang cannot
@@ -110,6 +113,10 @@ if [ "$bench" = 1 ]; then
     fi
     wants probe_portable && run_stage "probe_portable" "$LOGS/probe_portable.txt" 20 \
         python3 benchmarks/probe_portable.py
+    wants probe_gemv && run_stage "probe_gemv" "$LOGS/probe_gemv.txt" 40 python3 benchmarks/probe_gemv.py
+    wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
+        python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --variants ",DG_PROBE_EARLY_C_LOAD" \
+        --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384
     if wants ncu && command -v ncu > /dev/null; then
         # --clock-control none: the clocks stay as the card runs them (METHOD.md); the first two
         # FP8 launches are the warm-up.

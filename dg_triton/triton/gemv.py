@@ -1,0 +1,185 @@
+"""FP8 GEMV: the dense FP8 GEMM (API.md 3.1) for decode-sized M, on CUDA cores.
+
+At M = 1 the SM90 tensor-core kernel runs 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (2026-12-02,
+benchmarks/results/fp8_gemm-h200.md), 12-48 us where reading B once at the copy bandwidth takes
+3.6-28 us: a 64-row tile carries one row, and the time goes to pipeline start-up, the K loop's
+latency and the split-K reduction. Here each program streams BLOCK_N rows of B over a slice of K
+with wide vector loads, multiplies them by the few rows of A in FP32 (E4M3 products are exact in
+FP32) and sums each 128-wide K block before scaling it, so the result is the two-level
+accumulation of the tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32).
+
+    d[r, j] (+)= sum_kb sfa[r, kb] * sfb[j // 128 or j, kb] * sum_{k in kb} A[r, k] * B[j, k]
+
+- recipes: "1d2d" (sfb per 128 x 128 block of B, bf16 d) and "1d1d" (sfb per row of B, fp32 d,
+  optionally accumulating into d, which then already holds c);
+- operands K-major (stride(1) == 1), scale factors through their strides (the TMA-aligned MN-major
+  layouts need no copy);
+- split-K (grid axis 1) when BLOCK_N-row slabs alone leave the SMs with too few loads in flight:
+  each slice writes an FP32 partial into a workspace and a second kernel sums the slices in a
+  fixed order (deterministic) into d;
+- no host sync, nothing read back: capturable in a CUDA graph.
+
+Whether SM90's fp8_gemm_nt takes this path is heuristics.sm90.FP8_GEMV_MAX_M (0 until it is
+measured against the tensor-core kernel on the H200: benchmarks/probe_gemv.py).
+"""
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from dg_triton import dispatch, settings
+
+__all__ = ["GemvConfig", "MAX_ROWS", "choose_config", "fp8_gemv"]
+
+# The most rows of A the kernel takes (its row loop is unrolled over a power of two up to this).
+MAX_ROWS = 8
+# FP8 scale granularity along K (API.md 1.5): the kernel sums and scales per 128-wide block.
+_GRAN_K = 128
+
+
+class GemvConfig(NamedTuple):
+    block_n: int      # rows of B (columns of d) per program
+    groups: int       # 128-wide K blocks per loop iteration (a power of two)
+    split_k: int      # K slices (grid axis 1); > 1 adds the deterministic sum kernel
+    num_warps: int
+
+    def __str__(self):
+        return f"gemv {self.block_n}n x {self.groups * _GRAN_K}k w{self.num_warps} k{self.split_k}"
+
+
+@triton.jit
+def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_per_split,
+                     stride_am, stride_bn, stride_sfa_m, stride_sfa_k, stride_sfb_row, stride_sfb_k,
+                     stride_out_split, stride_om, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     GROUPS: tl.constexpr, SFB_PER_ROW: tl.constexpr, ACCUMULATE: tl.constexpr,
+                     TO_WORKSPACE: tl.constexpr):
+    """One program: columns [pid_n * BLOCK_N, + BLOCK_N) of d for all rows, over K slice pid_k."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)          # rows of B, columns of d
+    col_ok = cols < n
+    rows = tl.arange(0, ROWS)
+    # 1D2D: one B scale per 128 rows of B; 1D1D: one per row.
+    if SFB_PER_ROW:
+        sfb_rows = cols
+    else:
+        sfb_rows = cols // 128
+    num_k_blocks = tl.cdiv(k, 128)
+    kb_begin = pid_k * k_blocks_per_split
+    kb_end = tl.minimum(kb_begin + k_blocks_per_split, num_k_blocks)
+    group = tl.arange(0, GROUPS)
+    within = tl.arange(0, 128)
+    # No layout conversions in the loop (each is a shared-memory round trip and two barriers):
+    # A is loaded through pointers of B's shape, so it arrives in B's layout (the repeats hit L1);
+    # one row accumulates its scaled products elementwise in B's layout and reduces them once
+    # after the loop; several rows reduce per K block and accumulate (rows, columns, K groups).
+    if ROWS == 1:
+        acc = tl.zeros((BLOCK_N, GROUPS, 128), tl.float32)
+    else:
+        acc = tl.zeros((ROWS, BLOCK_N, GROUPS), tl.float32)
+    rows3 = rows[:, None, None]
+    no_col = cols[:, None, None] * 0
+    for kb0 in range(kb_begin, kb_end, GROUPS):
+        k_blocks = kb0 + group                                   # [GROUPS]
+        block_ok = k_blocks < kb_end
+        ks = k_blocks[:, None] * 128 + within[None, :]           # [GROUPS, 128], contiguous
+        k_ok = block_ok[:, None] & (ks < k)
+        b = tl.load(b_ptr + cols[:, None, None] * stride_bn + ks[None, :, :],
+                    mask=col_ok[:, None, None] & k_ok[None, :, :], other=0.0).to(tl.float32)
+        sfb = tl.load(sfb_ptr + sfb_rows[:, None] * stride_sfb_row + k_blocks[None, :] * stride_sfb_k,
+                      mask=col_ok[:, None] & block_ok[None, :], other=0.0)   # [BLOCK_N, GROUPS]
+        for r in tl.static_range(ROWS):
+            row_ok = r < m
+            a = tl.load(a_ptr + r * stride_am + no_col + ks[None, :, :],
+                        mask=k_ok[None, :, :] & row_ok, other=0.0).to(tl.float32)
+            sfa = tl.load(sfa_ptr + r * stride_sfa_m + k_blocks * stride_sfa_k,
+                          mask=block_ok & row_ok, other=0.0)                 # [GROUPS]
+            scale = sfb * sfa[None, :]                                        # [BLOCK_N, GROUPS]
+            if ROWS == 1:
+                acc += b * a * scale[:, :, None]
+            else:
+                scaled = tl.sum(b * a, axis=2) * scale
+                acc += tl.where(rows3 == r, scaled[None, :, :], 0.0)
+    if ROWS == 1:
+        acc = tl.sum(tl.sum(acc, axis=2), axis=1)[None, :]      # [1, BLOCK_N]
+    else:
+        acc = tl.sum(acc, axis=2)                                # [ROWS, BLOCK_N]
+    mask = (rows < m)[:, None] & col_ok[None, :]
+    if TO_WORKSPACE:
+        tl.store(out_ptr + pid_k * stride_out_split + rows[:, None] * stride_om + cols[None, :],
+                 acc, mask=mask)
+    else:
+        pointers = out_ptr + rows[:, None] * stride_om + cols[None, :]
+        if ACCUMULATE:
+            acc += tl.load(pointers, mask=mask, other=0.0).to(tl.float32)
+        tl.store(pointers, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _sum_splits_kernel(ws_ptr, d_ptr, m, n, stride_ws_split, stride_dm, SPLITS: tl.constexpr,
+                       ACCUMULATE: tl.constexpr, BLOCK: tl.constexpr):
+    """d = (d if ACCUMULATE) + the K slices' partials, summed in slice order."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offsets < m * n
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for s in tl.static_range(SPLITS):
+        acc += tl.load(ws_ptr + s * stride_ws_split + offsets, mask=ok, other=0.0)
+    pointers = d_ptr + (offsets // n) * stride_dm + offsets % n
+    if ACCUMULATE:
+        acc += tl.load(pointers, mask=ok, other=0.0).to(tl.float32)
+    tl.store(pointers, acc.to(d_ptr.dtype.element_ty), mask=ok)
+
+
+def choose_config(m: int, n: int, k: int, num_sms: int) -> GemvConfig:
+    """16-row slabs, 512 of K per iteration (8 KB of B per program per iteration); split K until
+    there are ~4 programs per SM, the loads in flight that HBM's latency asks for (~32 KB per SM
+    at ~4 TB/s and ~1 us)."""
+    del m   # the rows share every load of B; they do not change the split
+    k_blocks = triton.cdiv(k, _GRAN_K)
+    groups = min(4, triton.next_power_of_2(k_blocks))
+    block_n = 16
+    programs = triton.cdiv(n, block_n)
+    split_k = max(1, min(triton.cdiv(4 * num_sms, programs), triton.cdiv(k_blocks, groups)))
+    return GemvConfig(block_n, groups, split_k, num_warps=4)
+
+
+def fp8_gemv(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+             d: torch.Tensor, kind: str, accumulate: bool, config: GemvConfig | None = None,
+             num_sms: int | None = None) -> None:
+    """d (+)= dequant(a) @ dequant(b).T for a validated, non-empty problem with M <= MAX_ROWS.
+
+    a [M, K], b [N, K]: float8_e4m3fn, K-major. sfa: fp32 [M, ceil(K/128)]; sfb: fp32
+    [ceil(N/128), ceil(K/128)] ("1d2d") or [N, ceil(K/128)] ("1d1d"); any strides. d [M, N],
+    stride(1) == 1. `accumulate`: d already holds c. `config`: forced (tests, probes).
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    if not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"{function}: the FP8 GEMV takes 1 to {MAX_ROWS} rows of A, got {m}")
+    if a.stride(1) != 1 or b.stride(1) != 1 or d.stride(1) != 1:
+        raise ValueError(f"{function}: the FP8 GEMV needs K-major a and b and an N-major d, got "
+                         f"strides a {tuple(a.stride())}, b {tuple(b.stride())}, d {tuple(d.stride())}")
+    if config is None:
+        if num_sms is None:   # set_num_sms's limit, as the tensor-core kernels take it
+            num_sms = (settings._num_sms or settings.device_sm_count(d.device.index)
+                       if d.device.type == "cuda" else 1)
+        config = choose_config(m, n, k, num_sms)
+        dispatch.print_config_once(function, (m, n, k), d.device, config)
+    k_blocks = triton.cdiv(k, _GRAN_K)
+    k_blocks_per_split = triton.cdiv(k_blocks, config.split_k)
+    splits = triton.cdiv(k_blocks, k_blocks_per_split)   # no empty slice
+    workspace = torch.empty((splits, m, n), dtype=torch.float32, device=d.device) if splits > 1 else None
+    out = d if workspace is None else workspace
+    _fp8_gemv_kernel[(triton.cdiv(n, config.block_n), splits)](
+        a, sfa, b, sfb, out, m, n, k, k_blocks_per_split,
+        a.stride(0), b.stride(0), sfa.stride(0), sfa.stride(1), sfb.stride(0), sfb.stride(1),
+        out.stride(0) if workspace is not None else 0, out.stride(-2),
+        ROWS=triton.next_power_of_2(m), BLOCK_N=config.block_n, GROUPS=config.groups,
+        SFB_PER_ROW=kind == "1d1d", ACCUMULATE=accumulate, TO_WORKSPACE=workspace is not None,
+        num_warps=config.num_warps)
+    if workspace is not None:
+        block = 1024
+        _sum_splits_kernel[(triton.cdiv(m * n, block),)](
+            workspace, d, m, n, workspace.stride(0), d.stride(0), SPLITS=splits,
+            ACCUMULATE=accumulate, BLOCK=block, num_warps=4)

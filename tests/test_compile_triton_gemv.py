@@ -1,0 +1,98 @@
+"""Compile-only checks of the FP8 GEMV (dg_triton.triton.gemv), no GPU needed (TOOLCHAIN.md "Triton
+without a GPU"): the kernel, with the specialization a launch of the default config gets at M = 1
+(ints equal to 1 and unit strides as constants, 16-divisible pointers and sizes marked so) and at
+M = 4, for sm_90a and sm_100a: a cubin for the target, no local memory, and in the SASS 128-bit
+global loads (B streamed 16 FP8 codes per load, what makes it a bandwidth kernel) and no
+tensor-core instruction (CUDA cores only). The split-sum kernel compiles too.
+
+Runs in its own pytest process without TRITON_INTERPRET (as test_compile_triton_gemm_portable).
+"""
+import os
+import tempfile
+
+import pytest
+
+pytestmark = pytest.mark.compile
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("triton.compile does not work with TRITON_INTERPRET=1 in the process", allow_module_level=True)
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from dg_triton.jit import compiler
+from dg_triton.triton import gemv
+
+
+def _compile(fn, signature: dict, constexprs: dict, divisible: tuple, arch: int, num_warps: int):
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                          target=GPUTarget("cuda", arch, 64), options={"num_warps": num_warps})
+
+
+def _gemv_kernel(arch: int, m: int, kind: str, accumulate: bool, to_workspace: bool):
+    config = gemv.choose_config(m, 2112, 7168, 132)
+    out = "fp32" if kind == "1d1d" or to_workspace else "bf16"
+    signature = {"a_ptr": "*fp8e4nv", "sfa_ptr": "*fp32", "b_ptr": "*fp8e4nv", "sfb_ptr": "*fp32",
+                 "out_ptr": f"*{out}", "m": "i32", "n": "i32", "k": "i32", "k_blocks_per_split": "i32",
+                 "stride_am": "i32", "stride_bn": "i32", "stride_sfa_m": "constexpr",
+                 "stride_sfa_k": "i32", "stride_sfb_row": "i32", "stride_sfb_k": "i32",
+                 "stride_out_split": "i32", "stride_om": "i32", "ROWS": "constexpr",
+                 "BLOCK_N": "constexpr", "GROUPS": "constexpr", "SFB_PER_ROW": "constexpr",
+                 "ACCUMULATE": "constexpr", "TO_WORKSPACE": "constexpr"}
+    # What the launcher makes constants: the TMA-aligned MN-major sfa's unit row stride, the unit
+    # stride along K of a row-major per-block sfb or along N of an MN-major per-token one, M = 1.
+    unit = {"stride_sfa_m": 1, "stride_sfb_k" if kind == "1d2d" else "stride_sfb_row": 1}
+    if m == 1:
+        unit["m"] = 1
+    for name in unit:
+        signature[name] = "constexpr"
+    constexprs = {**unit, "ROWS": triton.next_power_of_2(m), "BLOCK_N": config.block_n,
+                  "GROUPS": config.groups, "SFB_PER_ROW": kind == "1d1d", "ACCUMULATE": accumulate,
+                  "TO_WORKSPACE": to_workspace}
+    divisible = ("a_ptr", "sfa_ptr", "b_ptr", "sfb_ptr", "out_ptr", "n", "k", "stride_am", "stride_bn",
+                 "stride_out_split", "stride_om")
+    return _compile(gemv._fp8_gemv_kernel, signature, constexprs, divisible, arch, config.num_warps)
+
+
+def _sass(compiled) -> str | None:
+    cubin = compiled.asm["cubin"]
+    assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
+    ptx = compiled.asm["ptx"]
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    if compiler.cuobjdump_path() is None:
+        return None  # the PTX checks above still ran; registers and SASS need cuobjdump
+    usage = compiler.cubin_resource_usage(cubin)
+    assert usage is not None
+    assert usage.spill_store_bytes == 0 and usage.stack_frame_bytes == 0, usage
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "kernel.cubin")
+        with open(path, "wb") as file:
+            file.write(cubin)
+        return compiler.disassemble(path)
+
+
+@pytest.mark.parametrize("arch", [90, 100])
+@pytest.mark.parametrize("m,kind,accumulate,to_workspace",
+                         [(1, "1d2d", False, True), (1, "1d2d", False, False), (4, "1d1d", True, False),
+                          (4, "1d2d", False, True)])
+def test_fp8_gemv_compiles_to_wide_loads_on_cuda_cores(arch, m, kind, accumulate, to_workspace):
+    compiled = _gemv_kernel(arch, m, kind, accumulate, to_workspace)
+    assert f".target sm_{arch}a" in compiled.asm["ptx"]
+    sass = _sass(compiled)
+    if sass is None:
+        return
+    assert "LDG.E.128" in sass, "B is not read with 128-bit loads"
+    for mma in ("HGMMA", "QGMMA", "HMMA", "UTCQMMA", "UTCHMMA"):
+        assert mma not in sass, f"{mma}: the GEMV should not use the tensor cores"
+    assert "CALL.ABS" not in sass
+
+
+@pytest.mark.parametrize("out", ["bf16", "fp32"])
+def test_fp8_gemv_split_sum_compiles(out):
+    signature = {"ws_ptr": "*fp32", "d_ptr": f"*{out}", "m": "i32", "n": "i32", "stride_ws_split": "i32",
+                 "stride_dm": "i32", "SPLITS": "constexpr", "ACCUMULATE": "constexpr", "BLOCK": "constexpr"}
+    constexprs = {"SPLITS": 4, "ACCUMULATE": out == "fp32", "BLOCK": 1024}
+    compiled = _compile(gemv._sum_splits_kernel, signature, constexprs, ("ws_ptr", "d_ptr"), 90, 4)
+    _sass(compiled)

@@ -1,0 +1,93 @@
+"""The FP8 GEMV (dg_triton/triton/gemv.py) on an SM90 GPU: the decode shapes of API.md 8 (M = 1
+against the 7 (N, K) pairs) and M up to MAX_ROWS, both recipes, against the unquantized reference
+(calc_diff < 1e-3) with poisoned outputs, and a CUDA-graph capture and replay with new inputs (no
+host sync, a split-K workspace per launch). The interpreter tests (tests/interpret/test_gemv.py)
+cover the tails and forced configs; these run the compiled kernel.
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+THRESHOLD = 1e-3
+NK_PAIRS = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
+            (7168, 2048)]
+
+
+def _require_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+def _operands(m, n, k, kind):
+    import dg_triton
+    from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    if kind == "1d2d":
+        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+    else:
+        b_q, sfb = dg_triton.per_token_cast_to_fp8(b, False)
+        sfb = get_mn_major_tma_aligned_tensor(sfb)
+    return a, b, a_q, sfa, b_q, sfb
+
+
+@pytest.mark.parametrize("n,k", NK_PAIRS)
+def test_gemv_decode_shapes_match_reference(n, k):
+    _require_cuda()
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemv
+
+    a, b, a_q, sfa, b_q, sfb = _operands(1, n, k, "1d2d")
+    d = torch.full((1, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)
+    torch.cuda.synchronize()
+    assert torch.isfinite(d).all()
+    assert calc_diff(d.float(), a.float() @ b.float().T) < THRESHOLD
+
+
+@pytest.mark.parametrize("m", [2, 3, 8])
+@pytest.mark.parametrize("kind", ["1d2d", "1d1d"])
+def test_gemv_several_rows_and_both_recipes(m, kind):
+    _require_cuda()
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemv
+
+    n, k = 4096, 7168
+    a, b, a_q, sfa, b_q, sfb = _operands(m, n, k, kind)
+    if kind == "1d2d":
+        c, d = None, torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    else:
+        c = torch.randn(m, n, device="cuda") * 32
+        d = c.clone()
+    gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, kind, c is not None)
+    torch.cuda.synchronize()
+    assert torch.isfinite(d).all()
+    expected = a.float() @ b.float().T + (c if c is not None else 0)
+    assert calc_diff(d.float(), expected) < THRESHOLD
+
+
+def test_gemv_in_a_cuda_graph_replays_with_new_inputs():
+    _require_cuda()
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemv
+
+    n, k = 2112, 7168   # split-K: the workspace and the sum kernel are in the graph too
+    a, b, a_q, sfa, b_q, sfb = _operands(1, n, k, "1d2d")
+    assert gemv.choose_config(1, n, k, torch.cuda.get_device_properties(0).multi_processor_count).split_k > 1
+    d = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+    gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)   # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)
+    for _ in range(2):
+        a2, _, a2_q, sfa2, _, _ = _operands(1, n, k, "1d2d")
+        a_q.copy_(a2_q)
+        sfa.copy_(sfa2)
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.isfinite(d).all()
+        assert calc_diff(d.float(), a2.float() @ b.float().T) < THRESHOLD
