@@ -323,10 +323,12 @@ def fp8_shape(m, n, k, kind, group, anchor_us, rows, table, sweep=False):
 def fp8_sweep_configs(m, n, k, kind, out_bytes):
     """The configs fp8_sweep times on one shape (benchmarks/prebuild_sweep.py compiles them ahead).
     Kept within the lease: block M 128 and 2-CTA clusters along M for large M; block M 64, narrow
-    tiles and split-K for small M."""
+    tiles and split-K for small M, and at M = 128 also 128-row tiles, which read B once instead
+    of twice (added 2026-12-02, not swept yet)."""
     small = m <= 128
-    for block_m in (64,) if small else (128,):
-        for block_n in (16, 32, 48, 64, 96, 128) if small else range(96, 193, 16):
+    for block_m in ((64, 128) if m == 128 else (64,)) if small else (128,):
+        narrow = (16, 32, 48, 64, 96, 128) if block_m == 64 else (64, 96, 128, 192)
+        for block_n in narrow if small else range(96, 193, 16):
             if not heuristics.fp8_block_n_fits(kind, block_m, block_n):
                 continue
             for splits in FP8_SWEEP_SPLITS if small else (1,):
