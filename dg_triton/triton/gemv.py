@@ -70,16 +70,15 @@ def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_
     kb_end = tl.minimum(kb_begin + k_blocks_per_split, num_k_blocks)
     group = tl.arange(0, GROUPS)
     within = tl.arange(0, 128)
-    # No layout conversions in the loop (each is a shared-memory round trip and two barriers):
-    # A is loaded through pointers of B's shape, so it arrives in B's layout (the repeats hit L1);
-    # one row accumulates its scaled products elementwise in B's layout and reduces them once
-    # after the loop; several rows reduce per K block and accumulate (rows, columns, K groups).
-    if ROWS == 1:
-        acc = tl.zeros((BLOCK_N, GROUPS, 128), tl.float32)
-    else:
-        acc = tl.zeros((ROWS, BLOCK_N, GROUPS), tl.float32)
+    # No layout conversions in the loop (each would be a shared-memory round trip and two
+    # barriers): A is loaded through pointers of the product's shape [rows, BLOCK_N, GROUPS, 128],
+    # so it arrives in B's layout broadcast over the rows (the repeats hit L1), and the
+    # accumulator keeps the layout of the per-block reduction, (rows, columns, K groups), summed
+    # over the groups once after the loop.
+    acc = tl.zeros((ROWS, BLOCK_N, GROUPS), tl.float32)
     rows3 = rows[:, None, None]
-    no_col = cols[:, None, None] * 0
+    rows4 = rows[:, None, None, None]
+    no_col = cols[None, :, None, None] * 0
     for kb0 in range(kb_begin, kb_end, GROUPS):
         k_blocks = kb0 + group                                   # [GROUPS]
         block_ok = k_blocks < kb_end
@@ -89,22 +88,12 @@ def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_
                     mask=col_ok[:, None, None] & k_ok[None, :, :], other=0.0).to(tl.float32)
         sfb = tl.load(sfb_ptr + sfb_rows[:, None] * stride_sfb_row + k_blocks[None, :] * stride_sfb_k,
                       mask=col_ok[:, None] & block_ok[None, :], other=0.0)   # [BLOCK_N, GROUPS]
-        for r in tl.static_range(ROWS):
-            row_ok = r < m
-            a = tl.load(a_ptr + r * stride_am + no_col + ks[None, :, :],
-                        mask=k_ok[None, :, :] & row_ok, other=0.0).to(tl.float32)
-            sfa = tl.load(sfa_ptr + r * stride_sfa_m + k_blocks * stride_sfa_k,
-                          mask=block_ok & row_ok, other=0.0)                 # [GROUPS]
-            scale = sfb * sfa[None, :]                                        # [BLOCK_N, GROUPS]
-            if ROWS == 1:
-                acc += b * a * scale[:, :, None]
-            else:
-                scaled = tl.sum(b * a, axis=2) * scale
-                acc += tl.where(rows3 == r, scaled[None, :, :], 0.0)
-    if ROWS == 1:
-        acc = tl.sum(tl.sum(acc, axis=2), axis=1)[None, :]      # [1, BLOCK_N]
-    else:
-        acc = tl.sum(acc, axis=2)                                # [ROWS, BLOCK_N]
+        a = tl.load(a_ptr + rows4 * stride_am + no_col + ks[None, None, :, :],
+                    mask=k_ok[None, None, :, :] & (rows4 < m), other=0.0).to(tl.float32)
+        sfa = tl.load(sfa_ptr + rows3 * stride_sfa_m + k_blocks[None, None, :] * stride_sfa_k,
+                      mask=block_ok[None, None, :] & (rows3 < m), other=0.0)  # [ROWS, 1, GROUPS]
+        acc += tl.sum(b[None, :, :, :] * a, axis=3) * (sfb[None, :, :] * sfa)
+    acc = tl.sum(acc, axis=2)                                    # [ROWS, BLOCK_N]
     mask = (rows < m)[:, None] & col_ok[None, :]
     if TO_WORKSPACE:
         tl.store(out_ptr + pid_k * stride_out_split + rows[:, None] * stride_om + cols[None, :],
