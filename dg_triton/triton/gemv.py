@@ -76,6 +76,7 @@ def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_
     # accumulator keeps the layout of the per-block reduction, (rows, columns, K groups), summed
     # over the groups once after the loop.
     acc = tl.zeros((ROWS, BLOCK_N, GROUPS), tl.float32)
+    b_rows = b_ptr + cols.to(tl.int64)[:, None, None] * stride_bn   # N * K may pass 2^31
     rows3 = rows[:, None, None]
     rows4 = rows[:, None, None, None]
     no_col = cols[None, :, None, None] * 0
@@ -84,7 +85,7 @@ def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_
         block_ok = k_blocks < kb_end
         ks = k_blocks[:, None] * 128 + within[None, :]           # [GROUPS, 128], contiguous
         k_ok = block_ok[:, None] & (ks < k)
-        b = tl.load(b_ptr + cols[:, None, None] * stride_bn + ks[None, :, :],
+        b = tl.load(b_rows + ks[None, :, :],
                     mask=col_ok[:, None, None] & k_ok[None, :, :], other=0.0).to(tl.float32)
         sfb = tl.load(sfb_ptr + sfb_rows[:, None] * stride_sfb_row + k_blocks[None, :] * stride_sfb_k,
                       mask=col_ok[:, None] & block_ok[None, :], other=0.0)   # [BLOCK_N, GROUPS]
