@@ -1,10 +1,11 @@
-"""Probe: the CUDA-core FP8 GEMV (dg_triton/triton/gemv.py) against the SM90 tensor-core kernel and
-cuBLAS per-tensor `_scaled_mm` at decode M, on the 7 (N, K) pairs of API.md 8, to set
-heuristics.sm90.FP8_GEMV_MAX_M (0 until this has run). Every variant is checked against the
+"""Probe: the CUDA-core GEMV (dg_triton/triton/gemv.py) against the SM90 tensor-core kernel and
+cuBLAS (FP8: per-tensor `_scaled_mm`; BF16: `torch.matmul`) at decode M, on the 7 (N, K) pairs of
+API.md 8, to set heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M (0 until this has run). Every variant is checked against the
 unquantized reference (calc_diff < 1e-3, output poisoned first) before it is timed; times are
 medians of graph replays (L2 flushed), the variants timed in alternation three times over.
 
-    python benchmarks/probe_gemv.py [--ms 1,2,4,8] [--variants default,n8,n32,split_half,split_double,w8]
+    python benchmarks/probe_gemv.py [--dtype fp8|bf16] [--ms 1,2,4,8]
+                                    [--variants default,n8,n32,split_half,split_double,w8]
 
 Prints one table (us; ratios to the tensor-core kernel and to per-tensor cuBLAS in the same run)
 and, per M, the geomean of the best GEMV variant over the tensor-core kernel.
@@ -52,13 +53,16 @@ def variant_config(name: str, m: int, n: int, k: int, num_sms: int) -> gemv.Gemv
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--dtype", default="fp8", choices=["fp8", "bf16"])
     parser.add_argument("--ms", default="1,2,4,8")
     parser.add_argument("--variants", default="default,n8,n32,split_half,split_double,w8")
     args = parser.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     variants = args.variants.split(",")
     num_sms = settings.device_sm_count()
-    header = ["M", "N", "K", "tensor-core us", "cuBLAS per-tensor us"] + [f"gemv {v} us" for v in variants]
+    fp8 = args.dtype == "fp8"
+    header = ["M", "N", "K", "tensor-core us", "cuBLAS per-tensor us" if fp8 else "torch.matmul us"]
+    header += [f"gemv {v} us" for v in variants]
     lines = ["| " + " | ".join(header) + " | best gemv vs tensor-core | best gemv vs cuBLAS |",
              "|" + "---|" * (len(header) + 2)]
     best_ratios = {m: [] for m in ms}
@@ -66,12 +70,18 @@ def main():
         for n, k in NK_PAIRS:
             a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-            a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-            b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
             ref = a.float() @ b.float().T
             d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-            runs = {"tensor-core": lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_q, sfb), d),
-                    "cublas": cublas_fp8(a_q, sfa, b_q, sfb, blockwise=False)}
+            if fp8:
+                a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+                b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+                runs = {"tensor-core": lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_q, sfb), d),
+                        "cublas": cublas_fp8(a_q, sfa, b_q, sfb, blockwise=False)}
+                threshold = 1e-3
+            else:
+                runs = {"tensor-core": lambda: dg_triton.bf16_gemm_nt(a, b, d),
+                        "cublas": lambda: torch.matmul(a, b.T, out=d)}
+                threshold = 1e-5
             try:
                 runs["cublas"]()
             except RuntimeError as error:   # a shape per-tensor _scaled_mm refuses: say so
@@ -79,16 +89,19 @@ def main():
                 del runs["cublas"]
             for name in variants:
                 config = variant_config(name, m, n, k, num_sms)
-                runs[name] = (lambda config=config: gemv.fp8_gemv(
-                    "probe", a_q, sfa, b_q, sfb, d, "1d2d", False, config=config))
+                if fp8:
+                    runs[name] = (lambda config=config: gemv.fp8_gemv(
+                        "probe", a_q, sfa, b_q, sfb, d, "1d2d", False, config=config))
+                else:
+                    runs[name] = (lambda config=config: gemv.bf16_gemv("probe", a, b, d, False, config=config))
             for name, run in runs.items():
-                if name == "cublas":
+                if name == "cublas" and fp8:
                     continue   # unit scales: another product, timed only
                 d.fill_(float("nan"))
                 run()
                 torch.cuda.synchronize()
                 diff = float(testing.calc_diff(d.float(), ref))
-                assert torch.isfinite(d).all() and diff < 1e-3, f"{name} {m}x{n}x{k}: calc_diff {diff}"
+                assert torch.isfinite(d).all() and diff < threshold, f"{name} {m}x{n}x{k}: calc_diff {diff}"
             times = {name: [] for name in runs}
             for _ in range(3):
                 for name, run in runs.items():
@@ -107,7 +120,8 @@ def main():
         ratios = best_ratios[m]
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         print(f"M={m}: best GEMV vs tensor-core kernel geomean {geomean:.3f} (worst {min(ratios):.3f})")
-    print(f"(heuristics.sm90.FP8_GEMV_MAX_M is {heuristics.FP8_GEMV_MAX_M})")
+    print(f"(heuristics.sm90.FP8_GEMV_MAX_M is {heuristics.FP8_GEMV_MAX_M}, "
+          f"BF16_GEMV_MAX_M {heuristics.BF16_GEMV_MAX_M})")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
 # --bench=LIST only these benchmarks, comma-separated: host,prologue,fp8,bf16,grouped,ncu,probe_portable,
 #              probe_gemv,probe_c_load (default all but ncu, an Nsight Compute counter profile of the FP8
 #              GEMM, benchmarks/ncu_fp8.py; probe_portable, benchmarks/probe_portable.py; probe_gemv, the
-#              FP8 GEMV against the tensor-core kernel at decode M, benchmarks/probe_gemv.py; and
+#              FP8 and BF16 GEMV against the tensor-core kernels at decode M, benchmarks/probe_gemv.py; and
 #              probe_c_load, the accumulating FP8 kernel with c loaded under the K loop or at the store,
 #              benchmarks/probe_fp8.py --accumulate).
 # FP8_BENCH_ARGS extra arguments for bench_gemm.py --family fp8_gemm (e.g. "--sweep --sweep-ms 4096").
@@ -113,7 +113,10 @@ if [ "$bench" = 1 ]; then
     fi
     wants probe_portable && run_stage "probe_portable" "$LOGS/probe_portable.txt" 20 \
         python3 benchmarks/probe_portable.py
-    wants probe_gemv && run_stage "probe_gemv" "$LOGS/probe_gemv.txt" 40 python3 benchmarks/probe_gemv.py
+    if wants probe_gemv; then
+        run_stage "probe_gemv fp8" "$LOGS/probe_gemv.txt" 40 python3 benchmarks/probe_gemv.py
+        run_stage "probe_gemv bf16" "$LOGS/probe_gemv_bf16.txt" 40 python3 benchmarks/probe_gemv.py --dtype bf16
+    fi
     wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
         python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --variants ",DG_PROBE_EARLY_C_LOAD" \
         --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384

@@ -1,8 +1,8 @@
-"""Compile-only checks of the FP8 GEMV (dg_triton.triton.gemv), no GPU needed (TOOLCHAIN.md "Triton
+"""Compile-only checks of the FP8 and BF16 GEMV (dg_triton.triton.gemv), no GPU needed (TOOLCHAIN.md "Triton
 without a GPU"): the kernel, with the specialization a launch of the default config gets at M = 1
 (ints equal to 1 and unit strides as constants, 16-divisible pointers and sizes marked so) and at
-M = 4, for sm_90a and sm_100a: a cubin for the target, no local memory, and in the SASS 128-bit
-global loads (B streamed 16 FP8 codes per load, what makes it a bandwidth kernel) and no
+M = 4 (BF16 at M = 1 and 2), for sm_90a and sm_100a: a cubin for the target, no local memory, and in the SASS 128-bit
+global loads (B streamed 16 bytes per load, what makes it a bandwidth kernel) and no
 tensor-core instruction (CUDA cores only). The split-sum kernel compiles too.
 
 Runs in its own pytest process without TRITON_INTERPRET (as test_compile_triton_gemm_portable).
@@ -32,28 +32,34 @@ def _compile(fn, signature: dict, constexprs: dict, divisible: tuple, arch: int,
 
 
 def _gemv_kernel(arch: int, m: int, kind: str, accumulate: bool, to_workspace: bool):
+    """kind: "1d2d" / "1d1d" (FP8) or "bf16" (sfa_ptr and sfb_ptr are a and b, unread)."""
     config = gemv.choose_config(m, 2112, 7168, 132)
     out = "fp32" if kind == "1d1d" or to_workspace else "bf16"
-    signature = {"a_ptr": "*fp8e4nv", "sfa_ptr": "*fp32", "b_ptr": "*fp8e4nv", "sfb_ptr": "*fp32",
+    data, scales = ("*bf16", "*bf16") if kind == "bf16" else ("*fp8e4nv", "*fp32")
+    signature = {"a_ptr": data, "sfa_ptr": scales, "b_ptr": data, "sfb_ptr": scales,
                  "out_ptr": f"*{out}", "m": "i32", "n": "i32", "k": "i32", "k_blocks_per_split": "i32",
-                 "stride_am": "i32", "stride_bn": "i32", "stride_sfa_m": "constexpr",
+                 "stride_am": "i32", "stride_bn": "i32", "stride_sfa_m": "i32",
                  "stride_sfa_k": "i32", "stride_sfb_row": "i32", "stride_sfb_k": "i32",
                  "stride_out_split": "i32", "stride_om": "i32", "ROWS": "constexpr",
-                 "BLOCK_N": "constexpr", "GROUPS": "constexpr", "SFB_PER_ROW": "constexpr",
-                 "ACCUMULATE": "constexpr", "TO_WORKSPACE": "constexpr"}
+                 "BLOCK_N": "constexpr", "GROUPS": "constexpr", "SCALED": "constexpr",
+                 "SFB_PER_ROW": "constexpr", "ACCUMULATE": "constexpr", "TO_WORKSPACE": "constexpr"}
     # What the launcher makes constants: the TMA-aligned MN-major sfa's unit row stride, the unit
-    # stride along K of a row-major per-block sfb or along N of an MN-major per-token one, M = 1.
-    unit = {"stride_sfa_m": 1, "stride_sfb_k" if kind == "1d2d" else "stride_sfb_row": 1}
+    # stride along K of a row-major per-block sfb or along N of an MN-major per-token one (BF16
+    # passes a and b there: their unit K strides), M = 1.
+    if kind == "bf16":
+        unit = {"stride_sfa_k": 1, "stride_sfb_k": 1}
+    else:
+        unit = {"stride_sfa_m": 1, "stride_sfb_k" if kind == "1d2d" else "stride_sfb_row": 1}
     if m == 1:
         unit["m"] = 1
     for name in unit:
         signature[name] = "constexpr"
     constexprs = {**unit, "ROWS": triton.next_power_of_2(m), "BLOCK_N": config.block_n,
-                  "GROUPS": config.groups, "SFB_PER_ROW": kind == "1d1d", "ACCUMULATE": accumulate,
-                  "TO_WORKSPACE": to_workspace}
+                  "GROUPS": config.groups, "SCALED": kind != "bf16", "SFB_PER_ROW": kind == "1d1d",
+                  "ACCUMULATE": accumulate, "TO_WORKSPACE": to_workspace}
     divisible = ("a_ptr", "sfa_ptr", "b_ptr", "sfb_ptr", "out_ptr", "n", "k", "stride_am", "stride_bn",
                  "stride_out_split", "stride_om")
-    return _compile(gemv._fp8_gemv_kernel, signature, constexprs, divisible, arch, config.num_warps)
+    return _compile(gemv._gemv_kernel, signature, constexprs, divisible, arch, config.num_warps)
 
 
 def _sass(compiled) -> str | None:
@@ -76,7 +82,7 @@ def _sass(compiled) -> str | None:
 @pytest.mark.parametrize("arch", [90, 100])
 @pytest.mark.parametrize("m,kind,accumulate,to_workspace",
                          [(1, "1d2d", False, True), (1, "1d2d", False, False), (4, "1d1d", True, False),
-                          (4, "1d2d", False, True)])
+                          (4, "1d2d", False, True), (1, "bf16", False, True), (2, "bf16", True, False)])
 def test_fp8_gemv_compiles_to_wide_loads_on_cuda_cores(arch, m, kind, accumulate, to_workspace):
     compiled = _gemv_kernel(arch, m, kind, accumulate, to_workspace)
     assert f".target sm_{arch}a" in compiled.asm["ptx"]

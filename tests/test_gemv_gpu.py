@@ -1,7 +1,7 @@
-"""The FP8 GEMV (dg_triton/triton/gemv.py) on an SM90 GPU: the decode shapes of API.md 8 (M = 1
-against the 7 (N, K) pairs) and M up to MAX_ROWS, both recipes, against the unquantized reference
-(calc_diff < 1e-3) with poisoned outputs, and a CUDA-graph capture and replay with new inputs (no
-host sync, a split-K workspace per launch). The interpreter tests (tests/interpret/test_gemv.py)
+"""The FP8 and BF16 GEMV (dg_triton/triton/gemv.py) on a CUDA GPU: the decode shapes of API.md 8
+(M = 1 against the 7 (N, K) pairs) and M up to MAX_ROWS, both FP8 recipes, against the unquantized
+reference (FP8 calc_diff < 1e-3, BF16 < 1e-5) with poisoned outputs, and a CUDA-graph capture and
+replay with new inputs (no host sync, a split-K workspace per launch). The interpreter tests (tests/interpret/test_gemv.py)
 cover the tails and forced configs; these run the compiled kernel.
 """
 import pytest
@@ -91,3 +91,34 @@ def test_gemv_in_a_cuda_graph_replays_with_new_inputs():
         torch.cuda.synchronize()
         assert torch.isfinite(d).all()
         assert calc_diff(d.float(), a2.float() @ b.float().T) < THRESHOLD
+
+
+@pytest.mark.parametrize("n,k", NK_PAIRS)
+def test_bf16_gemv_decode_shapes_match_reference(n, k):
+    _require_cuda()
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemv
+
+    a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.full((1, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemv.bf16_gemv("test", a, b, d, False)
+    torch.cuda.synchronize()
+    assert torch.isfinite(d).all()
+    assert calc_diff(d.float(), a.float() @ b.float().T) < 1e-5
+
+
+@pytest.mark.parametrize("m", [2, 5, 8])
+def test_bf16_gemv_several_rows_accumulating_into_fp32(m):
+    _require_cuda()
+    from dg_triton.testing import calc_diff
+    from dg_triton.triton import gemv
+
+    n, k = 4096, 7168
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(m, n, device="cuda") * 32
+    d = c.clone()
+    gemv.bf16_gemv("test", a, b, d, True)
+    torch.cuda.synchronize()
+    assert calc_diff(d, a.float() @ b.float().T + c) < 1e-5

@@ -216,10 +216,12 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
 # (measured with nvcc 13.0 / NVRTC 13.0: 1d2d spills at 256, 1d1d at 160; tests/test_compile_sm90_fp8.py).
 FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
 
-# The M at or below which SM90's dense FP8 GEMMs take the CUDA-core GEMV (dg_triton/triton/gemv.py)
-# instead of the tensor-core kernel. 0 (never) until the GEMV is timed against that kernel on the
-# H200: it was written 2026-12-02 in a session without a GPU (benchmarks/probe_gemv.py measures).
+# The M at or below which SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV
+# (dg_triton/triton/gemv.py) instead of the tensor-core kernel. 0 (never) until the GEMV is timed
+# against those kernels on the H200: it was written 2026-12-02 in a session without a GPU
+# (benchmarks/probe_gemv.py measures).
 FP8_GEMV_MAX_M = 0
+BF16_GEMV_MAX_M = 0
 
 
 def fp8_scale_stage_bytes(kind: str, block_m: int, block_n: int) -> int:

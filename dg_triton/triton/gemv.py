@@ -1,26 +1,28 @@
-"""FP8 GEMV: the dense FP8 GEMM (API.md 3.1) for decode-sized M, on CUDA cores.
+"""GEMV: the dense FP8 and BF16 GEMMs (API.md 3.1, 3.2) for decode-sized M, on CUDA cores.
 
-At M = 1 the SM90 tensor-core kernel runs 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (2026-12-02,
-benchmarks/results/fp8_gemm-h200.md), 12-48 us where reading B once at the copy bandwidth takes
-3.6-28 us: a 64-row tile carries one row, and the time goes to pipeline start-up, the K loop's
-latency and the split-K reduction. Here each program streams BLOCK_N rows of B over a slice of K
-with wide vector loads, multiplies them by the few rows of A in FP32 (E4M3 products are exact in
-FP32) and sums each 128-wide K block before scaling it, so the result is the two-level
-accumulation of the tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32).
+At M = 1 the SM90 tensor-core kernels run 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (FP8) and
+0.73-1.03x ``torch.matmul`` (BF16) (2026-12-02, benchmarks/results/*_gemm-h200.md), 12-48 us
+(FP8) where reading B once at the copy bandwidth takes 3.6-28 us: a 64-row tile carries one
+row, and the time goes to pipeline start-up, the K loop's latency and the split-K reduction.
+Here each program streams BLOCK_N rows of B over a slice of K with wide vector loads and
+multiplies them by the few rows of A in FP32 (E4M3 and BF16 products are exact in FP32). FP8 sums
+each 128-wide K block before scaling it, so the result is the two-level accumulation of the
+tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32):
 
-    d[r, j] (+)= sum_kb sfa[r, kb] * sfb[j // 128 or j, kb] * sum_{k in kb} A[r, k] * B[j, k]
+    FP8:  d[r, j] (+)= sum_kb sfa[r, kb] * sfb[j // 128 or j, kb] * sum_{k in kb} A[r, k] * B[j, k]
+    BF16: d[r, j] (+)= sum_k A[r, k] * B[j, k]
 
-- recipes: "1d2d" (sfb per 128 x 128 block of B, bf16 d) and "1d1d" (sfb per row of B, fp32 d,
-  optionally accumulating into d, which then already holds c);
-- operands K-major (stride(1) == 1), scale factors through their strides (the TMA-aligned MN-major
-  layouts need no copy);
+- FP8 recipes: "1d2d" (sfb per 128 x 128 block of B, bf16 d) and "1d1d" (sfb per row of B, fp32
+  d); scale factors through their strides (the TMA-aligned MN-major layouts need no copy);
+- d may accumulate (it then already holds c: the public layers copy c in);
+- operands K-major (stride(1) == 1);
 - split-K (grid axis 1) when BLOCK_N-row slabs alone leave the SMs with too few loads in flight:
   each slice writes an FP32 partial into a workspace and a second kernel sums the slices in a
   fixed order (deterministic) into d;
 - no host sync, nothing read back: capturable in a CUDA graph.
 
-Whether SM90's fp8_gemm_nt takes this path is heuristics.sm90.FP8_GEMV_MAX_M (0 until it is
-measured against the tensor-core kernel on the H200: benchmarks/probe_gemv.py).
+Whether SM90's GEMMs take this path is heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M (0 until
+it is measured against the tensor-core kernels on the H200: benchmarks/probe_gemv.py).
 """
 from typing import NamedTuple
 
@@ -30,11 +32,12 @@ import triton.language as tl
 
 from dg_triton import dispatch, settings
 
-__all__ = ["GemvConfig", "MAX_ROWS", "choose_config", "fp8_gemv"]
+__all__ = ["GemvConfig", "MAX_ROWS", "bf16_gemv", "choose_config", "fp8_gemv"]
 
-# The most rows of A the kernel takes (its row loop is unrolled over a power of two up to this).
+# The most rows of A the kernel takes (the rows are a tensor dimension, padded to a power of two).
 MAX_ROWS = 8
-# FP8 scale granularity along K (API.md 1.5): the kernel sums and scales per 128-wide block.
+# K per block of the loop: FP8's scale granularity along K (API.md 1.5), so that the kernel sums and
+# scales per block; BF16 uses the same blocks unscaled.
 _GRAN_K = 128
 
 
@@ -49,12 +52,13 @@ class GemvConfig(NamedTuple):
 
 
 @triton.jit
-def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_per_split,
-                     stride_am, stride_bn, stride_sfa_m, stride_sfa_k, stride_sfb_row, stride_sfb_k,
-                     stride_out_split, stride_om, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                     GROUPS: tl.constexpr, SFB_PER_ROW: tl.constexpr, ACCUMULATE: tl.constexpr,
-                     TO_WORKSPACE: tl.constexpr):
-    """One program: columns [pid_n * BLOCK_N, + BLOCK_N) of d for all rows, over K slice pid_k."""
+def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_per_split,
+                 stride_am, stride_bn, stride_sfa_m, stride_sfa_k, stride_sfb_row, stride_sfb_k,
+                 stride_out_split, stride_om, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GROUPS: tl.constexpr, SCALED: tl.constexpr, SFB_PER_ROW: tl.constexpr,
+                 ACCUMULATE: tl.constexpr, TO_WORKSPACE: tl.constexpr):
+    """One program: columns [pid_n * BLOCK_N, + BLOCK_N) of d for all rows, over K slice pid_k.
+    SCALED: FP8 operands with scale factors; otherwise BF16 (sfa_ptr and sfb_ptr unread)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)          # rows of B, columns of d
@@ -87,13 +91,18 @@ def _fp8_gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_
         k_ok = block_ok[:, None] & (ks < k)
         b = tl.load(b_rows + ks[None, :, :],
                     mask=col_ok[:, None, None] & k_ok[None, :, :], other=0.0).to(tl.float32)
-        sfb = tl.load(sfb_ptr + sfb_rows[:, None] * stride_sfb_row + k_blocks[None, :] * stride_sfb_k,
-                      mask=col_ok[:, None] & block_ok[None, :], other=0.0)   # [BLOCK_N, GROUPS]
+        if SCALED:
+            sfb = tl.load(sfb_ptr + sfb_rows[:, None] * stride_sfb_row + k_blocks[None, :] * stride_sfb_k,
+                          mask=col_ok[:, None] & block_ok[None, :], other=0.0)   # [BLOCK_N, GROUPS]
         a = tl.load(a_ptr + rows4 * stride_am + no_col + ks[None, None, :, :],
                     mask=k_ok[None, None, :, :] & (rows4 < m), other=0.0).to(tl.float32)
-        sfa = tl.load(sfa_ptr + rows3 * stride_sfa_m + k_blocks[None, None, :] * stride_sfa_k,
-                      mask=block_ok[None, None, :] & (rows3 < m), other=0.0)  # [ROWS, 1, GROUPS]
-        acc += tl.sum(b[None, :, :, :] * a, axis=3) * (sfb[None, :, :] * sfa)
+        block_sums = tl.sum(b[None, :, :, :] * a, axis=3)             # [ROWS, BLOCK_N, GROUPS]
+        if SCALED:
+            sfa = tl.load(sfa_ptr + rows3 * stride_sfa_m + k_blocks[None, None, :] * stride_sfa_k,
+                          mask=block_ok[None, None, :] & (rows3 < m), other=0.0)  # [ROWS, 1, GROUPS]
+            acc += block_sums * (sfb[None, :, :] * sfa)
+        else:
+            acc += block_sums
     acc = tl.sum(acc, axis=2)                                    # [ROWS, BLOCK_N]
     mask = (rows < m)[:, None] & col_ok[None, :]
     if TO_WORKSPACE:
@@ -122,12 +131,13 @@ def _sum_splits_kernel(ws_ptr, d_ptr, m, n, stride_ws_split, stride_dm, SPLITS: 
 
 
 def choose_config(m: int, n: int, k: int, num_sms: int) -> GemvConfig:
-    """16-row slabs, 512 of K per iteration (8 KB of B per program per iteration); split K until
-    there are ~4 programs per SM, the loads in flight that HBM's latency asks for (~32 KB per SM
-    at ~4 TB/s and ~1 us)."""
-    del m   # the rows share every load of B; they do not change the split
+    """16-row slabs, 512 of K per iteration (8 KB of FP8 B, 16 KB of BF16, per program and
+    iteration; 256 above 2 rows); split K until there are ~4 programs per SM, the loads in flight that HBM's latency
+    asks for (~32 KB per SM at ~4 TB/s and ~1 us)."""
     k_blocks = triton.cdiv(k, _GRAN_K)
-    groups = min(4, triton.next_power_of_2(k_blocks))
+    # More than 2 rows: 256 of K per iteration, so that the rows' products stay in registers
+    # (4 rows, 1D1D, 512 of K: 128 registers and a stack frame).
+    groups = min(4 if m <= 2 else 2, triton.next_power_of_2(k_blocks))
     block_n = 16
     programs = triton.cdiv(n, block_n)
     split_k = max(1, min(triton.cdiv(4 * num_sms, programs), triton.cdiv(k_blocks, groups)))
@@ -143,12 +153,23 @@ def fp8_gemv(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     [ceil(N/128), ceil(K/128)] ("1d2d") or [N, ceil(K/128)] ("1d1d"); any strides. d [M, N],
     stride(1) == 1. `accumulate`: d already holds c. `config`: forced (tests, probes).
     """
+    _launch(function, "FP8", a, sfa, b, sfb, d, True, kind == "1d1d", accumulate, config, num_sms)
+
+
+def bf16_gemv(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, accumulate: bool,
+              config: GemvConfig | None = None, num_sms: int | None = None) -> None:
+    """d (+)= a @ b.T for a validated, non-empty problem with M <= MAX_ROWS: a [M, K], b [N, K]
+    bf16, K-major; d [M, N] bf16 or fp32, stride(1) == 1; `accumulate`: d already holds c."""
+    _launch(function, "BF16", a, a, b, b, d, False, False, accumulate, config, num_sms)
+
+
+def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, config, num_sms):
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MAX_ROWS:
-        raise ValueError(f"{function}: the FP8 GEMV takes 1 to {MAX_ROWS} rows of A, got {m}")
+        raise ValueError(f"{function}: the {what} GEMV takes 1 to {MAX_ROWS} rows of A, got {m}")
     if a.stride(1) != 1 or b.stride(1) != 1 or d.stride(1) != 1:
-        raise ValueError(f"{function}: the FP8 GEMV needs K-major a and b and an N-major d, got "
+        raise ValueError(f"{function}: the {what} GEMV needs K-major a and b and an N-major d, got "
                          f"strides a {tuple(a.stride())}, b {tuple(b.stride())}, d {tuple(d.stride())}")
     if config is None:
         if num_sms is None:   # set_num_sms's limit, as the tensor-core kernels take it
@@ -161,13 +182,13 @@ def fp8_gemv(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     splits = triton.cdiv(k_blocks, k_blocks_per_split)   # no empty slice
     workspace = torch.empty((splits, m, n), dtype=torch.float32, device=d.device) if splits > 1 else None
     out = d if workspace is None else workspace
-    _fp8_gemv_kernel[(triton.cdiv(n, config.block_n), splits)](
+    _gemv_kernel[(triton.cdiv(n, config.block_n), splits)](
         a, sfa, b, sfb, out, m, n, k, k_blocks_per_split,
         a.stride(0), b.stride(0), sfa.stride(0), sfa.stride(1), sfb.stride(0), sfb.stride(1),
         out.stride(0) if workspace is not None else 0, out.stride(-2),
         ROWS=triton.next_power_of_2(m), BLOCK_N=config.block_n, GROUPS=config.groups,
-        SFB_PER_ROW=kind == "1d1d", ACCUMULATE=accumulate, TO_WORKSPACE=workspace is not None,
-        num_warps=config.num_warps)
+        SCALED=scaled, SFB_PER_ROW=sfb_per_row, ACCUMULATE=accumulate,
+        TO_WORKSPACE=workspace is not None, num_warps=config.num_warps)
     if workspace is not None:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](
