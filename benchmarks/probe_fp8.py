@@ -33,6 +33,8 @@ def main():
     parser.add_argument("--kinds", default="1d2d,1d1d")
     parser.add_argument("--accumulate", action="store_true",
                         help="1d1d: D += A @ B^T into a random c, as the wgrad benchmark rows run")
+    parser.add_argument("--bitwise", action="store_true",
+                        help="also require every variant's output to equal the first's, bit for bit")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
                         help="comma-separated MxNxK")
     args = parser.parse_args()
@@ -55,12 +57,13 @@ def main():
             layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
             problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, kind, d.device.index, None, layout)
             accumulate = args.accumulate and kind == "1d1d"
-            c = torch.randn(m, n, device="cuda") if accumulate else None
+            # c as large as the product, so that a c read late, stale or not at all shows
+            c = torch.randn(m, n, device="cuda").mul_(k ** 0.5) if accumulate else None
             for block_n in block_ns:
                 if kind == "1d1d" and block_n > 144:
                     continue
                 config = make_fp8_config(kind, m, n, 128, block_n, 1, k, d.element_size(), 132)
-                runs = []
+                runs, first = [], None
                 for defines in variants:
                     run = (lambda defines=defines: sm90_fp8_gemm.run(
                         "probe", a_q, sfa, b_q, sfb, d, problem, accumulate, "", config, defines))
@@ -72,6 +75,12 @@ def main():
                     torch.cuda.synchronize()
                     diff = float(testing.calc_diff(d.float(), ref + c if accumulate else ref))
                     assert torch.isfinite(d).all() and diff < 1e-3, f"{kind} {defines}: calc_diff {diff}"
+                    # Variants that change where, not how, the kernel computes (the early c load)
+                    # leave the same bits as the first variant.
+                    if first is None:
+                        first = d.clone()
+                    elif args.bitwise:
+                        assert torch.equal(d, first), f"{kind} {defines}: differs from {variants[0]}"
                     runs.append(run)
                 times = [[] for _ in variants]
                 for _ in range(3):

@@ -59,6 +59,9 @@ def main():
     args = parser.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     variants = args.variants.split(",")
+    # The "tensor-core" column goes through the public call: keep the GEMV out of it.
+    shipped = heuristics.FP8_GEMV_MAX_M, heuristics.BF16_GEMV_MAX_M
+    heuristics.FP8_GEMV_MAX_M = heuristics.BF16_GEMV_MAX_M = 0
     num_sms = settings.device_sm_count()
     fp8 = args.dtype == "fp8"
     header = ["M", "N", "K", "tensor-core us", "cuBLAS per-tensor us" if fp8 else "torch.matmul us"]
@@ -120,8 +123,7 @@ def main():
         ratios = best_ratios[m]
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         print(f"M={m}: best GEMV vs tensor-core kernel geomean {geomean:.3f} (worst {min(ratios):.3f})")
-    print(f"(heuristics.sm90.FP8_GEMV_MAX_M is {heuristics.FP8_GEMV_MAX_M}, "
-          f"BF16_GEMV_MAX_M {heuristics.BF16_GEMV_MAX_M})")
+    print(f"(shipped: heuristics.sm90.FP8_GEMV_MAX_M {shipped[0]}, BF16_GEMV_MAX_M {shipped[1]})")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,14 @@ if [ "$tests" = 1 ]; then
 fi
 if [ "$bench" = 1 ]; then
     wants host && run_stage "profile_host" "$LOGS/host_profile.txt" 20 python3 benchmarks/profile_host.py
+    # The probes first: they are short, and a run cut off by its limit keeps them.
+    if wants probe_gemv; then
+        run_stage "probe_gemv fp8" "$LOGS/probe_gemv.txt" 40 python3 benchmarks/probe_gemv.py
+        run_stage "probe_gemv bf16" "$LOGS/probe_gemv_bf16.txt" 40 python3 benchmarks/probe_gemv.py --dtype bf16
+    fi
+    wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
+        python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --bitwise --variants ",DG_PROBE_EARLY_C_LOAD" \
+        --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384
     wants prologue && run_stage "bench_prologue" "$LOGS/bench_prologue.txt" 40 python3 benchmarks/bench_prologue.py
     # A sweep first compiles its binaries on every core (one after another inside the sweep they
     # took most of a 400 s run, 2026-12-02).
@@ -113,13 +121,6 @@ if [ "$bench" = 1 ]; then
     fi
     wants probe_portable && run_stage "probe_portable" "$LOGS/probe_portable.txt" 20 \
         python3 benchmarks/probe_portable.py
-    if wants probe_gemv; then
-        run_stage "probe_gemv fp8" "$LOGS/probe_gemv.txt" 40 python3 benchmarks/probe_gemv.py
-        run_stage "probe_gemv bf16" "$LOGS/probe_gemv_bf16.txt" 40 python3 benchmarks/probe_gemv.py --dtype bf16
-    fi
-    wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
-        python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --variants ",DG_PROBE_EARLY_C_LOAD" \
-        --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384
     if wants ncu && command -v ncu > /dev/null; then
         # --clock-control none: the clocks stay as the card runs them (METHOD.md); the first two
         # FP8 launches are the warm-up.

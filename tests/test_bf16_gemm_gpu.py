@@ -289,6 +289,34 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
     assert calc_diff(d.float(), expected.float()) < THRESHOLD
 
 
+@pytest.mark.parametrize("alias", ("nt", "tn"))
+@pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
+@pytest.mark.parametrize("k", (1000, 64))   # 16 K blocks; one (c loaded at the store)
+def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, block_n, k):
+    """The opt-in early load of c (DG_PROBE_EARLY_C_LOAD) on an FP32 D += c, more tiles than SMs:
+    bitwise equal to the default build (same arithmetic, same order), and to the reference."""
+    from dg_triton import validation
+    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.kernels import sm90_bf16_gemm
+
+    m, n = 2000, 4096
+    a, b = operands(alias, m, n, k)
+    c = torch.randn(m, n, device="cuda").mul_(32)
+    a_nt = a if alias[0] == "n" else a.T
+    b_nt = b if alias[1] == "t" else b.T
+    config = make_config(m, n, block_m, block_n, 1, k, 4, 132)
+    assert config is not None and -(-m // block_m) * -(-n // block_n) > config.num_sms
+    outputs = []
+    for defines in ((), ("DG_PROBE_EARLY_C_LOAD",)):
+        d = c.clone()
+        problem = validation.bf16_gemm("test", a_nt, b_nt, d, d)
+        sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], True, "", config, defines)
+        torch.cuda.synchronize()
+        outputs.append(d)
+    assert torch.equal(outputs[1], outputs[0]), "the early load of c changed the result"
+    assert calc_diff(outputs[1], gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
+
+
 # ---- warm calls (gemm.py's table of plans by argument signature) -------------------------------
 
 @pytest.mark.parametrize("alias", ALIASES)

@@ -116,15 +116,14 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
     // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
     const uint32_t a_offset = math_wg * 64 * 128;
-    // Whether an accumulating tile loads its c under the K loop, after K block
-    // kAccumulatorLoadBlock, rather than at its store: a probe build only until measured
-    // (fp8_gemm.cuh, kEarlyCLoad).
+    // Whether an accumulating tile loads its c under the K loop, once its second K block is
+    // issued, rather than at its store: a probe build only until measured (fp8_gemm.cuh,
+    // kEarlyCLoad).
 #ifdef DG_PROBE_EARLY_C_LOAD
     constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
-    [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
 
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
@@ -143,7 +142,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 acc[i] = 0.0f;
         }
         // kEarlyCLoad: the tile's c, brought into the epilogue's staging under the K loop (a tile
-        // without K blocks loads it just before its store).
+        // of fewer than two K blocks loads it just before its store).
         [[maybe_unused]] auto load_c = [&] {
             if constexpr (kEarlyCLoad)
                 T::Epilogue::prefetch_accumulator(staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
@@ -173,7 +172,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             previous_stage = pipe.stage;
             pipe.advance<T::kNumStages>();
             if constexpr (kEarlyCLoad) {
-                if (kb == min(unit.k_block_begin + kAccumulatorLoadBlock, unit.k_block_end - 1))
+                if (kb == unit.k_block_begin + 1)
                     load_c();
             }
         }
@@ -184,7 +183,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         if (!Sched::kGrouped || unit.k_block_begin < unit.k_block_end)
             release_stage<T>(&empty[previous_stage], cluster_rank);
         if constexpr (kEarlyCLoad) {
-            if (unit.k_block_begin == unit.k_block_end)   // no K block loaded c
+            if (unit.k_block_end - unit.k_block_begin < 2)   // the loop did not load c
                 load_c();
         }
 

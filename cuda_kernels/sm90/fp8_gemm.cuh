@@ -388,16 +388,16 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
-    // Whether an accumulating tile loads its c under the K loop (after the first chain, or without
-    // overlapped promotion after K block kAccumulatorLoadBlock) rather than at its store. Written
-    // 2026-12-02 without a GPU to measure it on, so a probe build only for now
-    // (benchmarks/probe_fp8.py --accumulate --variants ",DG_PROBE_EARLY_C_LOAD").
+    // Whether an accumulating tile loads its c under the K loop, once its second K block is issued
+    // (the first block's wgmmas then cover the leader's wait for the previous tile's store to
+    // read staging), rather than at its store. Written 2026-12-02 without a GPU to measure it on,
+    // so a probe build only for now (benchmarks/probe_fp8.py --accumulate --variants
+    // ",DG_PROBE_EARLY_C_LOAD").
 #ifdef DG_PROBE_EARLY_C_LOAD
     constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
-    [[maybe_unused]] constexpr uint32_t kAccumulatorLoadBlock = 3;
     const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
@@ -447,7 +447,8 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             block_scales.take(scale_slots + done.stage * T::kScaleStageBytes, slot_offsets, b_rows, last);
         };
         // kEarlyCLoad: the tile's c, brought into the epilogue's staging once under the K loop (a
-        // tile too short for that loads it just before its store).
+        // tile of one K block loads it just before its store). The store's column, remap included
+        // (accumulation is 1D1D only and skip-head-mid 1D2D only, but the two must agree).
         [[maybe_unused]] bool c_loaded = false;
         [[maybe_unused]] auto load_c = [&] {
             if constexpr (kEarlyCLoad) {
@@ -455,7 +456,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                     T::Epilogue::prefetch_accumulator(
                         plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                         &plan.epilogue_barriers[math_wg], &tma_d,
-                        unit.m_block * T::kBlockM + math_wg * 64, n0);
+                        unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales));
                 c_loaded = true;
             }
         };
@@ -477,6 +478,8 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 #pragma unroll
                 for (uint32_t i = 1; i < kLength; ++i) {
                     issue(partial[i % 2]);
+                    if (i == 1)
+                        load_c();   // the tile's first chain of two or more blocks: c's load
                     read_scales(false);
                     wgmma_wait_group<1>();
                     promote_block(partial[(i - 1) % 2]);
@@ -488,10 +491,8 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             constexpr uint32_t kChain = T::kPromotionChain;
             const uint32_t begin = unit.k_block_begin, end = unit.k_block_end;
             uint32_t kb = begin;
-            for (; kb + kChain <= end; kb += kChain) {
+            for (; kb + kChain <= end; kb += kChain)
                 chain(ChainLength<kChain>{}, kb + kChain == end);
-                load_c();
-            }
             // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
             if constexpr (kChain > 8) {
                 if (end - kb >= 8) {
@@ -516,12 +517,12 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         } else {
             for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
                 issue(partial[0]);
+                if (kb == unit.k_block_begin + 1)
+                    load_c();
                 // The scales are read under the block's wgmmas.
                 read_scales(kb + 1 == unit.k_block_end);
                 wgmma_wait_group<0>();
                 promote_block(partial[0]);
-                if (kEarlyCLoad && kb == unit.k_block_begin + kAccumulatorLoadBlock)
-                    load_c();
             }
         }
         load_c();

@@ -2,7 +2,7 @@
 
 At M = 1 the SM90 tensor-core kernels run 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (FP8) and
 0.73-1.03x ``torch.matmul`` (BF16) (2026-12-02, benchmarks/results/*_gemm-h200.md), 12-48 us
-(FP8) where reading B once at the copy bandwidth takes 3.6-28 us: a 64-row tile carries one
+(FP8) where reading B once at the copy bandwidth takes 1-28 us: a 64-row tile carries one
 row, and the time goes to pipeline start-up, the K loop's latency and the split-K reduction.
 Here each program streams BLOCK_N rows of B over a slice of K with wide vector loads and
 multiplies them by the few rows of A in FP32 (E4M3 and BF16 products are exact in FP32). FP8 sums
@@ -168,7 +168,7 @@ def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, 
     n = b.shape[0]
     if not 1 <= m <= MAX_ROWS:
         raise ValueError(f"{function}: the {what} GEMV takes 1 to {MAX_ROWS} rows of A, got {m}")
-    if a.stride(1) != 1 or b.stride(1) != 1 or d.stride(1) != 1:
+    if any(t.stride(1) != 1 and t.size(1) > 1 for t in (a, b, d)):
         raise ValueError(f"{function}: the {what} GEMV needs K-major a and b and an N-major d, got "
                          f"strides a {tuple(a.stride())}, b {tuple(b.stride())}, d {tuple(d.stride())}")
     if config is None:

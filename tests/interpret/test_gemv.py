@@ -176,3 +176,26 @@ def test_public_bf16_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     _check(d, reference.bf16_gemm_reference(a[:2], b, c, torch.float32), 1e-5, what)
     with pytest.raises(TensorCoreKernelCalled):
         dg_triton.bf16_gemm_nt(a, b, torch.empty(3, 72, dtype=torch.bfloat16))
+
+
+def test_the_dispatch_thresholds_stay_within_the_rows_the_kernel_takes():
+    from dg_triton.heuristics import sm90 as heuristics
+
+    assert 0 <= heuristics.FP8_GEMV_MAX_M <= gemv.MAX_ROWS
+    assert 0 <= heuristics.BF16_GEMV_MAX_M <= gemv.MAX_ROWS
+
+
+def test_gemv_takes_any_stride_along_a_dimension_of_one():
+    """K = 1 (a and b) and N = 1 (d): validation calls such operands K-major / N-major whatever
+    their stride(1); the GEMV must take them too."""
+    generator, what = _generator()
+    a = torch.randn(1, 2, generator=generator).to(torch.bfloat16)[:, ::2]    # [1, 1], stride (2, 2)
+    b = torch.randn(5, 2, generator=generator).to(torch.bfloat16)[:, ::2]    # [5, 1], stride (2, 2)
+    d = torch.full((1, 5), float("nan"))
+    gemv.bf16_gemv("test", a, b, d, False)
+    _check(d, reference.bf16_gemm_reference(a, b, None, torch.float32), 1e-5, what + " K = 1")
+    a = torch.randn(3, 200, generator=generator).to(torch.bfloat16)
+    b = torch.randn(1, 200, generator=generator).to(torch.bfloat16)
+    d = torch.full((3, 2), float("nan"))[:, ::2]                              # [3, 1], stride (2, 2)
+    gemv.bf16_gemv("test", a, b, d, False)
+    _check(d, reference.bf16_gemm_reference(a, b, None, torch.float32), 1e-5, what + " N = 1")
