@@ -4,10 +4,14 @@ the reference before it is timed, all timed in alternation (the GPU's clock drif
 cap). Prints one table; NOTES.md keeps the conclusions.
 
     python benchmarks/probe_bf16.py [--variants ",DG_SOME_MACRO"] [--shapes 4096x4096x7168,...]
+                                    [--accumulate [--bitwise]]
 
-A macro the kernel does not read builds the baseline under another name. The kernel has no probe
-macros today: 2026-12-02's DG_PROBE_OVERLAP_EPILOGUE / DG_PROBE_DIRECT_STORE (NOTES.md, session 12)
-were measured slower and removed; their code is in commit 15c1cd3.
+A macro the kernel does not read builds the baseline under another name. Probe macros today:
+DG_PROBE_EARLY_C_LOAD (c loaded under the K loop; with --accumulate, which times FP32 D += c,
+and --bitwise, which requires every variant's output to equal the first's). 2026-12-02's
+DG_PROBE_OVERLAP_EPILOGUE / DG_PROBE_DIRECT_STORE (NOTES.md, session 12) were measured slower and
+removed; their code is in commit 15c1cd3. The cuBLAS column is always torch.matmul with a bf16 D
+and no c.
 """
 import argparse
 import statistics
@@ -30,6 +34,9 @@ def main():
                         help="comma-separated macro sets ('+' joins macros; empty = baseline)")
     parser.add_argument("--shapes", default=",".join(f"4096x{n}x{k}" for n, k in DENSE_NK),
                         help="comma-separated MxNxK")
+    parser.add_argument("--accumulate", action="store_true", help="time FP32 D += c instead")
+    parser.add_argument("--bitwise", action="store_true",
+                        help="require every variant's output to equal the first's, bit for bit")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
     variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",")]
@@ -40,21 +47,31 @@ def main():
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ b.float().T
-        result = validation.bf16_gemm("probe", a, b, d, None)
+        d = torch.empty(m, n, device="cuda", dtype=torch.float32 if args.accumulate else torch.bfloat16)
+        # c as large as the product, so that a c read late, stale or not at all shows
+        c = torch.randn(m, n, device="cuda").mul_(k ** 0.5) if args.accumulate else None
+        ref = a.float() @ b.float().T + (c if c is not None else 0)
+        result = validation.bf16_gemm("probe", a, b, d, d if args.accumulate else None)
         problem, addresses = result[:7], result[7]
-        runs = []
+        runs, first = [], None
         for defines in variants:
             run = (lambda defines=defines: sm90_bf16_gemm.run(
-                "probe", a, b, d, problem, addresses, False, "nk", None, defines))
-            d.fill_(float("nan"))
+                "probe", a, b, d, problem, addresses, args.accumulate, "nk", None, defines))
+            if c is not None:
+                d.copy_(c)   # the timed repeats keep adding to it; only this run is checked
+            else:
+                d.fill_(float("nan"))
             run()
             torch.cuda.synchronize()
             diff = float(testing.calc_diff(d.float(), ref))
             assert torch.isfinite(d).all() and diff < 1e-5, f"{defines}: calc_diff {diff}"
+            if first is None:
+                first = d.clone()
+            elif args.bitwise:
+                assert torch.equal(d, first), f"{defines}: differs from {variants[0]}"
             runs.append(run)
-        runs.append(lambda: torch.matmul(a, b.T, out=d))
+        d_cublas = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        runs.append(lambda: torch.matmul(a, b.T, out=d_cublas))
         times = [[] for _ in runs]
         for _ in range(3):
             for i, run in enumerate(runs):

@@ -13,8 +13,8 @@
 #              probe_gemv,probe_c_load (default all but ncu, an Nsight Compute counter profile of the FP8
 #              GEMM, benchmarks/ncu_fp8.py; probe_portable, benchmarks/probe_portable.py; probe_gemv, the
 #              FP8 and BF16 GEMV against the tensor-core kernels at decode M, benchmarks/probe_gemv.py; and
-#              probe_c_load, the accumulating FP8 kernel with c loaded under the K loop or at the store,
-#              benchmarks/probe_fp8.py --accumulate).
+#              probe_c_load, the accumulating FP8 and BF16 kernels with c loaded under the K loop or at
+#              the store, benchmarks/probe_fp8.py / probe_bf16.py --accumulate).
 # FP8_BENCH_ARGS extra arguments for bench_gemm.py --family fp8_gemm (e.g. "--sweep --sweep-ms 4096").
 # SKIP_MAIN=1 skips `python -m dg_triton` (for a second invocation in the same run).
 # Every stage runs under a time limit (STAGE_TIMEOUT seconds, default 300) so that a hang cannot
@@ -104,6 +104,9 @@ if [ "$bench" = 1 ]; then
     wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
         python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --bitwise --variants ",DG_PROBE_EARLY_C_LOAD" \
         --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384
+    wants probe_c_load && run_stage "probe_c_load bf16" "$LOGS/probe_c_load_bf16.txt" 12 \
+        python3 benchmarks/probe_bf16.py --accumulate --bitwise --variants ",DG_PROBE_EARLY_C_LOAD" \
+        --shapes 4096x4096x7168,4096x7168x2048,4096x32768x512,4096x2112x7168
     wants prologue && run_stage "bench_prologue" "$LOGS/bench_prologue.txt" 40 python3 benchmarks/bench_prologue.py
     # A sweep first compiles its binaries on every core (one after another inside the sweep they
     # took most of a 400 s run, 2026-12-02).
