@@ -113,14 +113,16 @@ def _fp8_kernel(arch: int, config, kind: str, out: str, accumulate: bool, skip_h
     return _compile(gemm_portable._fp8_gemm_kernel, signature, constexprs, divisible, arch, config)
 
 
-def _check(compiled, arch: int, family: str, config):
+def checked_sass(compiled, arch: int) -> str | None:
+    """A Triton kernel's cubin for `arch`, checked: an ELF, the target in the PTX, no local memory
+    (PTX), no spills or stack frame (ptxas's report); its SASS, or None without cuobjdump."""
     cubin = compiled.asm["cubin"]
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
     ptx = compiled.asm["ptx"]
     assert f".target sm_{arch}{'a' if arch >= 90 else ''}" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
     if compiler.cuobjdump_path() is None:
-        return  # the PTX checks above still ran; registers and SASS need cuobjdump
+        return None
     usage = compiler.cubin_resource_usage(cubin)
     assert usage is not None
     assert usage.spill_store_bytes == 0 and usage.stack_frame_bytes == 0, usage
@@ -128,7 +130,13 @@ def _check(compiled, arch: int, family: str, config):
         path = os.path.join(directory, "kernel.cubin")
         with open(path, "wb") as file:
             file.write(cubin)
-        sass = compiler.disassemble(path)
+        return compiler.disassemble(path)
+
+
+def _check(compiled, arch: int, family: str, config):
+    sass = checked_sass(compiled, arch)
+    if sass is None:
+        return  # the PTX checks still ran; registers and SASS need cuobjdump
     mma = _MMA[arch, family] if config.block_m >= 64 else _NARROW_TILE_MMA
     assert mma in sass, f"no {mma} in the SASS"
     assert "CALL.ABS" not in sass

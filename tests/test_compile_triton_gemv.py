@@ -8,7 +8,6 @@ tensor-core instruction (CUDA cores only). The split-sum kernel compiles too.
 Runs in its own pytest process without TRITON_INTERPRET (as test_compile_triton_gemm_portable).
 """
 import os
-import tempfile
 
 import pytest
 
@@ -21,7 +20,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from dg_triton.jit import compiler
+from test_compile_triton_gemm_portable import checked_sass
+
 from dg_triton.triton import gemv
 
 
@@ -62,31 +62,12 @@ def _gemv_kernel(arch: int, m: int, kind: str, accumulate: bool, to_workspace: b
     return _compile(gemv._gemv_kernel, signature, constexprs, divisible, arch, config.num_warps)
 
 
-def _sass(compiled) -> str | None:
-    cubin = compiled.asm["cubin"]
-    assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
-    ptx = compiled.asm["ptx"]
-    assert "ld.local" not in ptx and "st.local" not in ptx
-    if compiler.cuobjdump_path() is None:
-        return None  # the PTX checks above still ran; registers and SASS need cuobjdump
-    usage = compiler.cubin_resource_usage(cubin)
-    assert usage is not None
-    assert usage.spill_store_bytes == 0 and usage.stack_frame_bytes == 0, usage
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "kernel.cubin")
-        with open(path, "wb") as file:
-            file.write(cubin)
-        return compiler.disassemble(path)
-
-
 @pytest.mark.parametrize("arch", [90, 100])
 @pytest.mark.parametrize("m,kind,accumulate,to_workspace",
                          [(1, "1d2d", False, True), (1, "1d2d", False, False), (4, "1d1d", True, False),
                           (4, "1d2d", False, True), (1, "bf16", False, True), (2, "bf16", True, False)])
 def test_fp8_gemv_compiles_to_wide_loads_on_cuda_cores(arch, m, kind, accumulate, to_workspace):
-    compiled = _gemv_kernel(arch, m, kind, accumulate, to_workspace)
-    assert f".target sm_{arch}a" in compiled.asm["ptx"]
-    sass = _sass(compiled)
+    sass = checked_sass(_gemv_kernel(arch, m, kind, accumulate, to_workspace), arch)
     if sass is None:
         return
     assert "LDG.E.128" in sass, "B is not read with 128-bit loads"
@@ -100,5 +81,4 @@ def test_fp8_gemv_split_sum_compiles(out):
     signature = {"ws_ptr": "*fp32", "d_ptr": f"*{out}", "m": "i32", "n": "i32", "stride_ws_split": "i32",
                  "stride_dm": "i32", "SPLITS": "constexpr", "ACCUMULATE": "constexpr", "BLOCK": "constexpr"}
     constexprs = {"SPLITS": 4, "ACCUMULATE": out == "fp32", "BLOCK": 1024}
-    compiled = _compile(gemv._sum_splits_kernel, signature, constexprs, ("ws_ptr", "d_ptr"), 90, 4)
-    _sass(compiled)
+    checked_sass(_compile(gemv._sum_splits_kernel, signature, constexprs, ("ws_ptr", "d_ptr"), 90, 4), 90)

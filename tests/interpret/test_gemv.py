@@ -125,48 +125,46 @@ def test_choose_config_splits_k_until_the_sms_have_enough_programs():
         assert programs >= 4 * 132 or config.split_k * config.groups * 128 >= k, (n, k, config)
 
 
+class _TensorCoreKernelCalled(Exception):
+    pass
+
+
+def _route_to_sm90(monkeypatch, threshold: str, value: int, kernel_module):
+    """The public call as on an SM90 GPU: the dispatcher answers SM90, the GEMV threshold is
+    `value`, and the tensor-core kernel (no GPU here) raises _TensorCoreKernelCalled."""
+    from dg_triton import dispatch
+    from dg_triton.heuristics import sm90 as heuristics
+
+    def tensor_core_kernel(*args, **kwargs):
+        raise _TensorCoreKernelCalled
+
+    monkeypatch.setattr(heuristics, threshold, value)
+    monkeypatch.setattr(dispatch, "backend_of", lambda *args: dispatch.SM90)
+    monkeypatch.setattr(kernel_module, "run", tensor_core_kernel)
+
+
 def test_public_fp8_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     """The SM90 route of dg_triton.fp8_gemm_nt with heuristics.sm90.FP8_GEMV_MAX_M raised (it is
     off until measured): M at the threshold goes to the GEMV, M above it to the tensor-core kernel
     (stubbed: no GPU here)."""
-    from dg_triton import dispatch
-    from dg_triton.heuristics import sm90 as heuristics
     from dg_triton.kernels import sm90_fp8_gemm
 
-    class TensorCoreKernelCalled(Exception):
-        pass
-
-    def tensor_core_kernel(*args, **kwargs):
-        raise TensorCoreKernelCalled
-
-    monkeypatch.setattr(heuristics, "FP8_GEMV_MAX_M", 4)
-    monkeypatch.setattr(dispatch, "backend_of", lambda *args: dispatch.SM90)
-    monkeypatch.setattr(sm90_fp8_gemm, "run", tensor_core_kernel)
+    _route_to_sm90(monkeypatch, "FP8_GEMV_MAX_M", 4, sm90_fp8_gemm)
     generator, what = _generator()
     _, _, a_pair, b_pair, _, _ = _operands(5, 200, 384, "1d2d", generator)
     d = torch.full((4, 200), float("nan"), dtype=torch.bfloat16)
     dg_triton.fp8_gemm_nt((a_pair[0][:4], a_pair[1][:4]), b_pair, d)
     expected = reference_fp8.fp8_gemm_reference((a_pair[0][:4], a_pair[1][:4]), b_pair, d)
     _check(d, expected, DEQUANTIZED_THRESHOLD, what)
-    with pytest.raises(TensorCoreKernelCalled):
+    with pytest.raises(_TensorCoreKernelCalled):
         dg_triton.fp8_gemm_nt(a_pair, b_pair, torch.empty(5, 200, dtype=torch.bfloat16))
 
 
 def test_public_bf16_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     """As above for dg_triton.bf16_gemm_nt with heuristics.sm90.BF16_GEMV_MAX_M raised, c given."""
-    from dg_triton import dispatch
-    from dg_triton.heuristics import sm90 as heuristics
     from dg_triton.kernels import sm90_bf16_gemm
 
-    class TensorCoreKernelCalled(Exception):
-        pass
-
-    def tensor_core_kernel(*args, **kwargs):
-        raise TensorCoreKernelCalled
-
-    monkeypatch.setattr(heuristics, "BF16_GEMV_MAX_M", 2)
-    monkeypatch.setattr(dispatch, "backend_of", lambda *args: dispatch.SM90)
-    monkeypatch.setattr(sm90_bf16_gemm, "run", tensor_core_kernel)
+    _route_to_sm90(monkeypatch, "BF16_GEMV_MAX_M", 2, sm90_bf16_gemm)
     generator, what = _generator()
     a = torch.randn(3, 320, generator=generator).to(torch.bfloat16)
     b = torch.randn(72, 320, generator=generator).to(torch.bfloat16)
@@ -174,7 +172,7 @@ def test_public_bf16_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     d = torch.full((2, 72), float("nan"))
     dg_triton.bf16_gemm_nt(a[:2], b, d, c=c)
     _check(d, reference.bf16_gemm_reference(a[:2], b, c, torch.float32), 1e-5, what)
-    with pytest.raises(TensorCoreKernelCalled):
+    with pytest.raises(_TensorCoreKernelCalled):
         dg_triton.bf16_gemm_nt(a, b, torch.empty(3, 72, dtype=torch.bfloat16))
 
 
