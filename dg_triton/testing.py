@@ -234,6 +234,21 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
     return graph
 
 
+def replay_kernel_names(graph: "torch.cuda.CUDAGraph") -> list[str]:
+    """The names of the kernels one replay of ``graph`` runs, in the order they start (CUPTI,
+    through torch.profiler): what a graph costs beyond the kernels one meant to capture."""
+    _require_cuda("replay_kernel_names")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+    return [e.name for e in sorted(kernels, key=lambda e: e.time_range.start)]
+
+
 def bench_graph(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
     """Median microseconds of one call of ``fn``, replayed from a CUDA graph (ANCHORS.md "Method").
 

@@ -216,6 +216,32 @@ def test_bf16_gemm_cuda_graph_replay_matches_eager_bitwise():
     assert torch.equal(d_graph.view(torch.int32), eager().view(torch.int32))
 
 
+@pytest.mark.parametrize("m,n,k", [(128, 2112, 7168), (64, 576, 7168)])
+def test_a_captured_split_k_bf16_gemm_replays_as_its_kernel_alone(m, n, k):
+    """A split-K call (the heuristics split these shapes) captured in a CUDA graph replays as the
+    GEMM kernel alone: its counters come zeroed from the reserve an eager launch made, not from a
+    fill captured with it; and the replays are right (twice: the counters must stay zeroed)."""
+    from dg_triton.heuristics.sm90 import choose_bf16_gemm_config
+    from dg_triton.testing import replay_kernel_names
+
+    assert choose_bf16_gemm_config(m, n, k, 2, 132).num_splits > 1
+    a, b = operands("nt", m, n, k)
+    d = nan_output(m, n, torch.bfloat16)
+    gemm("nt")(a, b, d)   # compile and plan, eagerly: the reserve is made here
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm("nt")(a, b, d)
+    assert replay_kernel_names(graph) == ["sm90_bf16_gemm"]
+    for _ in range(2):
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.isfinite(d).all()
+        diff = calc_diff(d, gemm_reference(a, b, d, None, "nt"))
+        assert diff < THRESHOLD, f"calc_diff {diff:.3g} >= {THRESHOLD}"
+
+
 def test_bf16_gemm_two_shapes_captured_in_one_cuda_graph_are_both_correct():
     problems = [  # (alias, m, n, k, out dtype)
         ("nt", 128, 2112, 7168, torch.bfloat16),

@@ -136,3 +136,29 @@ def test_fp8_gemm_nt_captures_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     _check(d, a.float() @ b.float().T)
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 576, 7168), (64, 2112, 7168)])
+def test_a_captured_split_k_fp8_gemm_replays_as_its_kernel_alone(m, n, k):
+    """A split-K call (the heuristics split these shapes) with scales already in the kernel's
+    layout, captured in a CUDA graph, replays as the GEMM kernel alone (its counters come zeroed
+    from the reserve an eager launch made, not from a fill captured with it), and rightly."""
+    import dg_triton
+    from dg_triton.heuristics.sm90 import choose_fp8_gemm_config
+    from dg_triton.testing import replay_kernel_names
+
+    assert choose_fp8_gemm_config(m, n, k, 2, 132).num_splits > 1
+    a, b, _, b_fp8 = _quantized(m, n, k)
+    a_fp8 = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d)   # compile and plan, eagerly: the reserve is made here
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d)
+    assert replay_kernel_names(graph) == ["sm90_fp8_gemm"]
+    for _ in range(2):
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(d, a.float() @ b.float().T)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dg_triton.heuristics.sm90 import Bf16GemmConfig
-from dg_triton.kernels import sm90_bf16_gemm
+from dg_triton.kernels import sm90_bf16_gemm, split_counters
 from dg_triton.kernels.sm90_bf16_gemm import SplitKBuffers
 
 TEMPLATE = ("m", "n", "k", "splits", 0, 0, "ld_d")
@@ -21,6 +21,7 @@ def _buffers(m: int, n: int, splits: int = 4) -> SplitKBuffers:
 def _fresh_scratch(monkeypatch):
     monkeypatch.setattr(sm90_bf16_gemm, "_stream_scratch", {})
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_scratch", {})
+    monkeypatch.setattr(split_counters, "_zeroed_reserve", {})
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
 
 
@@ -70,6 +71,52 @@ def test_a_capture_the_driver_does_not_name_gets_a_set_per_launch(monkeypatch):
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: None)
     assert _pointers(plan.scalars(TEMPLATE, 7)) != _pointers(plan.scalars(TEMPLATE, 7))
     assert len(sm90_bf16_gemm._capture_scratch[None, None]) == 2
+
+
+def _in_reserve(pointer: int) -> bool:
+    reserve = split_counters._zeroed_reserve[None][0]
+    return reserve.data_ptr() <= pointer < reserve.data_ptr() + reserve.numel() * reserve.element_size()
+
+
+def test_captured_counters_come_zeroed_from_the_reserve_an_eager_launch_made(monkeypatch):
+    plan, other = _buffers(64, 128), _buffers(256, 1024)
+    _, eager_counters = _pointers(plan.scalars(TEMPLATE, 7))
+    assert not _in_reserve(eager_counters)          # eager launches keep their own counters
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 41)
+    _, first = _pointers(plan.scalars(TEMPLATE, 7))
+    _, second = _pointers(other.scalars(TEMPLATE, 8))   # another branch of the capture
+    assert _in_reserve(first) and _in_reserve(second)
+    # disjoint slices, the first as long as the plan needs
+    assert second - first >= plan.counter_elements * 4 or first - second >= other.counter_elements * 4
+    scratch = sm90_bf16_gemm._capture_scratch[None, 41, 7]
+    assert scratch.counters.numel() == plan.counter_elements and (scratch.counters == 0).all()
+
+
+def test_a_capture_without_a_big_enough_reserve_zeroes_its_own_counters(monkeypatch):
+    plan = _buffers(64, 128)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 41)
+    _pointers(plan.scalars(TEMPLATE, 7))     # no eager launch yet: no reserve
+    assert None not in split_counters._zeroed_reserve
+    assert (sm90_bf16_gemm._capture_scratch[None, 41, 7].counters == 0).all()
+    monkeypatch.setattr(split_counters, "_zeroed_reserve", {None: [torch.zeros(1, dtype=torch.int32), 0]})
+    monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 42)
+    _, counters = _pointers(plan.scalars(TEMPLATE, 7))   # needs more than the reserve's one
+    assert not _in_reserve(counters) and split_counters._zeroed_reserve[None][1] == 0
+
+
+def test_an_eager_launch_refills_a_reserve_that_is_less_than_half_left():
+    split_counters.refill_zeroed_reserve(torch.device("cpu"))
+    reserve = split_counters._zeroed_reserve[None]
+    first = reserve[0]
+    reserve[1] = split_counters.RESERVE_COUNTERS // 2      # exactly half left: kept
+    split_counters.refill_zeroed_reserve(torch.device("cpu"))
+    assert split_counters._zeroed_reserve[None][0] is first
+    reserve[1] += 1                                         # less than half: a new one
+    split_counters.refill_zeroed_reserve(torch.device("cpu"))
+    fresh = split_counters._zeroed_reserve[None]
+    assert fresh[0] is not first and fresh[1] == 0 and (fresh[0] == 0).all()
 
 
 def test_capture_id_without_a_driver_is_none():

@@ -17,6 +17,7 @@ from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
                                        choose_bf16_gemm_config, epilogue_swizzle_bytes)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
+from dg_triton.kernels.split_counters import refill_zeroed_reserve, zeroed_counters
 
 KERNEL_SYMBOL = "sm90_bf16_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -153,14 +154,15 @@ class _Scratch:
     when their cached pointers went stale. Counters are zeroed when allocated and left zeroed by
     the kernel. Eager use (one per device and stream): a buffer dropped by a growth is freed
     stream-ordered by torch's caching allocator, after the launches already queued that use it.
-    Capture use (one per CUDA-graph capture, `keep_all`): every buffer is kept, since the graph's
-    earlier launches read the old ones at each replay."""
+    Capture use (one per CUDA-graph capture, `captured`): every buffer is kept, since the graph's
+    earlier launches read the old ones at each replay, and counters come from the zeroed reserve."""
 
-    def __init__(self, device: torch.device, keep_all: bool = False):
+    def __init__(self, device: torch.device, captured: bool = False):
         self.device = device
         self.workspace = self.counters = None
         self.generation = 0
-        self._retired = [] if keep_all else None
+        self._captured = captured
+        self._retired = [] if captured else None
 
     def pointers(self, workspace_elements: int, counter_elements: int) -> tuple[int, int]:
         if self.workspace is None or self.workspace.numel() < workspace_elements \
@@ -170,7 +172,8 @@ class _Scratch:
             workspace_elements = max(workspace_elements, 0 if self.workspace is None else self.workspace.numel())
             counter_elements = max(counter_elements, 0 if self.counters is None else self.counters.numel())
             self.workspace = torch.empty(workspace_elements, dtype=torch.float32, device=self.device)
-            self.counters = torch.zeros(counter_elements, dtype=torch.int32, device=self.device)
+            self.counters = (zeroed_counters(self.device, counter_elements) if self._captured else
+                             torch.zeros(counter_elements, dtype=torch.int32, device=self.device))
             self.generation += 1
         return self.workspace.data_ptr(), self.counters.data_ptr()
 
@@ -222,20 +225,21 @@ class SplitKBuffers:
         if torch.cuda.is_current_stream_capturing():
             capture = _capture_id(stream)
             if capture is None:
-                scratch = _Scratch(self.device)
+                scratch = _Scratch(self.device, captured=True)
                 _capture_scratch.setdefault((self.device.index, None), []).append(scratch)
             else:
                 # per stream too: a capture forked onto several streams runs their branches at once
                 key = (self.device.index, capture, stream)
                 scratch = _capture_scratch.get(key)
                 if scratch is None:
-                    scratch = _capture_scratch[key] = _Scratch(self.device, keep_all=True)
+                    scratch = _capture_scratch[key] = _Scratch(self.device, captured=True)
             return self._with(template, scratch.pointers(self.workspace_elements, self.counter_elements))
         scratch = _stream_scratch.get((self.device.index, stream))
         if scratch is None:
             scratch = _stream_scratch[self.device.index, stream] = _Scratch(self.device)
         cached = self._by_stream.get(stream)
         if cached is None or cached[0] != scratch.generation:
+            refill_zeroed_reserve(self.device)   # for captures to come
             pointers = scratch.pointers(self.workspace_elements, self.counter_elements)
             cached = self._by_stream[stream] = (scratch.generation, self._with(template, pointers))
         return cached[1]
