@@ -1,11 +1,11 @@
 """Probe: the CUDA-core GEMV (dg_triton/triton/gemv.py) against the SM90 tensor-core kernel and
 cuBLAS (FP8: per-tensor `_scaled_mm`; BF16: `torch.matmul`) at decode M, on the 7 (N, K) pairs of
-API.md 8, to set heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M (0 until this has run). Every variant is checked against the
+API.md 8, to set heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M / GEMV_MIN_K. Every variant is checked against the
 unquantized reference (calc_diff < 1e-3, output poisoned first) before it is timed; times are
 medians of graph replays (L2 flushed), the variants timed in alternation three times over.
 
     python benchmarks/probe_gemv.py [--dtype fp8|bf16] [--ms 1,2,4,8]
-                                    [--variants default,n8,n32,split_half,split_double,w8]
+                                    [--variants default,n8,n32,split_half,split_double,w4,w8]
 
 Prints one table (us; ratios to the tensor-core kernel and to per-tensor cuBLAS in the same run)
 and, per M, the geomean of the best GEMV variant over the tensor-core kernel.
@@ -29,9 +29,9 @@ from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.triton import gemv  # noqa: E402
 
 
-def variant_config(name: str, m: int, n: int, k: int, num_sms: int) -> gemv.GemvConfig:
-    """The default config, or one knob of it moved."""
-    config = gemv.choose_config(m, n, k, num_sms)
+def variant_config(name: str, m: int, n: int, k: int, num_sms: int, scaled: bool = True) -> gemv.GemvConfig:
+    """The default config, or one knob of it moved (`scaled`: FP8's default, else BF16's)."""
+    config = gemv.choose_config(m, n, k, num_sms, scaled)
     k_groups = -(-k // (128 * config.groups))
     if name == "default":
         return config
@@ -44,8 +44,8 @@ def variant_config(name: str, m: int, n: int, k: int, num_sms: int) -> gemv.Gemv
         return config._replace(split_k=max(1, config.split_k // 2))
     if name == "split_double":
         return config._replace(split_k=min(k_groups, 2 * config.split_k))
-    if name == "w8":
-        return config._replace(num_warps=8)
+    if name in ("w4", "w8"):
+        return config._replace(num_warps=int(name[1:]))
     if name == "g2":
         return config._replace(groups=max(1, config.groups // 2))
     raise ValueError(f"unknown variant {name}")
@@ -55,7 +55,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="fp8", choices=["fp8", "bf16"])
     parser.add_argument("--ms", default="1,2,4,8")
-    parser.add_argument("--variants", default="default,n8,n32,split_half,split_double,w8")
+    parser.add_argument("--variants", default="default,n8,n32,split_half,split_double,w4,w8")
     args = parser.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     variants = args.variants.split(",")
@@ -91,7 +91,7 @@ def main():
                 print(f"    cuBLAS per-tensor unavailable at {m}x{n}x{k}: {str(error).splitlines()[0]}")
                 del runs["cublas"]
             for name in variants:
-                config = variant_config(name, m, n, k, num_sms)
+                config = variant_config(name, m, n, k, num_sms, fp8)
                 if fp8:
                     runs[name] = (lambda config=config: gemv.fp8_gemv(
                         "probe", a_q, sfa, b_q, sfb, d, "1d2d", False, config=config))

@@ -1,7 +1,7 @@
 """The FP8 and BF16 GEMV (dg_triton/triton/gemv.py) on a CUDA GPU: the decode shapes of API.md 8
 (M = 1 against the 7 (N, K) pairs) and M up to MAX_ROWS, both FP8 recipes, against the unquantized
 reference (FP8 calc_diff < 1e-3, BF16 < 1e-5) with poisoned outputs, and a CUDA-graph capture and
-replay with new inputs (no host sync, a split-K workspace per launch). The interpreter tests (tests/interpret/test_gemv.py)
+replay with new inputs (no host sync, one kernel per replay with split-K). The interpreter tests (tests/interpret/test_gemv.py)
 cover the tails and forced configs; these run the compiled kernel.
 """
 import pytest
@@ -71,10 +71,12 @@ def test_gemv_several_rows_and_both_recipes(m, kind):
 
 def test_gemv_in_a_cuda_graph_replays_with_new_inputs():
     _require_cuda()
-    from dg_triton.testing import calc_diff
+    from dg_triton.testing import calc_diff, replay_kernel_names
     from dg_triton.triton import gemv
 
-    n, k = 2112, 7168   # split-K: the workspace and the sum kernel are in the graph too
+    # split-K: the workspace and counters are the graph's; the slab's last slice sums the
+    # partials in the same kernel, and the counters come zeroed without a fill in the graph
+    n, k = 2112, 7168
     a, b, a_q, sfa, b_q, sfb = _operands(1, n, k, "1d2d")
     assert gemv.choose_config(1, n, k, torch.cuda.get_device_properties(0).multi_processor_count).split_k > 1
     d = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
@@ -82,6 +84,7 @@ def test_gemv_in_a_cuda_graph_replays_with_new_inputs():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)
+    assert replay_kernel_names(graph) == ["_gemv_kernel"]
     for _ in range(2):
         a2, _, a2_q, sfa2, _, _ = _operands(1, n, k, "1d2d")
         a_q.copy_(a2_q)

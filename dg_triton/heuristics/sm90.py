@@ -216,12 +216,20 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
 # (measured with nvcc 13.0 / NVRTC 13.0: 1d2d spills at 256, 1d1d at 160; tests/test_compile_sm90_fp8.py).
 FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
 
-# The M at or below which SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV
-# (dg_triton/triton/gemv.py) instead of the tensor-core kernel. 0 (never) until the GEMV is timed
-# against those kernels on the H200: it was written 2026-12-02 in a session without a GPU
-# (benchmarks/probe_gemv.py measures).
-FP8_GEMV_MAX_M = 0
-BF16_GEMV_MAX_M = 0
+# SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV (dg_triton/triton/gemv.py) instead of the
+# tensor-core kernel for M up to *_GEMV_MAX_M and K from GEMV_MIN_K. On the H200 (2026-12-02,
+# benchmarks/results/probe_gemv-h200.txt, the GEMV then still with a second kernel summing its
+# K slices): at M = 1 its best config ran 1.08x (FP8) and 1.09x (BF16) the tensor-core kernel
+# geomean over API.md 8's shapes, 1.03-1.31x at K >= 7168 and 0.96-1.06x at K <= 2048; at M = 2
+# 0.92-0.95x, at 4 and 8 rows 0.41-0.79x.
+FP8_GEMV_MAX_M = 1
+BF16_GEMV_MAX_M = 1
+GEMV_MIN_K = 4096
+
+
+def takes_gemv(m: int, k: int, max_m: int) -> bool:
+    """Whether an SM90 dense GEMM of M rows and depth K goes to the GEMV (max_m: *_GEMV_MAX_M)."""
+    return m <= max_m and k >= GEMV_MIN_K
 
 
 def fp8_scale_stage_bytes(kind: str, block_m: int, block_n: int) -> int:

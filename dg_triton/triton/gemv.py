@@ -17,12 +17,13 @@ tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32):
 - d may accumulate (it then already holds c: the public layers copy c in);
 - operands K-major (stride(1) == 1);
 - split-K (grid axis 1) when BLOCK_N-row slabs alone leave the SMs with too few loads in flight:
-  each slice writes an FP32 partial into a workspace and a second kernel sums the slices in a
-  fixed order (deterministic) into d;
+  each slice writes an FP32 partial into a workspace, and the last slice of a slab to arrive sums
+  the slices in a fixed order (deterministic) into d, in the same kernel (a second kernel cost
+  ~1.3 us of a 7-15 us call on the H200);
 - no host sync, nothing read back: capturable in a CUDA graph.
 
-Whether SM90's GEMMs take this path is heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M (0 until
-it is measured against the tensor-core kernels on the H200: benchmarks/probe_gemv.py).
+Whether SM90's GEMMs take this path is heuristics.sm90.takes_gemv (M = 1 at K >= 4096, from
+benchmarks/probe_gemv.py on the H200).
 """
 from typing import NamedTuple
 
@@ -31,6 +32,7 @@ import triton
 import triton.language as tl
 
 from dg_triton import dispatch, settings
+from dg_triton.kernels import split_counters
 
 __all__ = ["GemvConfig", "MAX_ROWS", "bf16_gemv", "choose_config", "fp8_gemv"]
 
@@ -44,7 +46,7 @@ _GRAN_K = 128
 class GemvConfig(NamedTuple):
     block_n: int      # rows of B (columns of d) per program
     groups: int       # 128-wide K blocks per loop iteration (a power of two)
-    split_k: int      # K slices (grid axis 1); > 1 adds the deterministic sum kernel
+    split_k: int      # K slices (grid axis 1); > 1: partials summed by the slab's last slice
     num_warps: int
 
     def __str__(self):
@@ -52,13 +54,16 @@ class GemvConfig(NamedTuple):
 
 
 @triton.jit
-def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_per_split,
-                 stride_am, stride_bn, stride_sfa_m, stride_sfa_k, stride_sfb_row, stride_sfb_k,
-                 stride_out_split, stride_om, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, ws_ptr, counter_ptr, m, n, k,
+                 k_blocks_per_split, num_splits, stride_am, stride_bn, stride_sfa_m, stride_sfa_k,
+                 stride_sfb_row, stride_sfb_k, stride_dm, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                  GROUPS: tl.constexpr, SCALED: tl.constexpr, SFB_PER_ROW: tl.constexpr,
-                 ACCUMULATE: tl.constexpr, TO_WORKSPACE: tl.constexpr):
+                 ACCUMULATE: tl.constexpr, SPLIT: tl.constexpr):
     """One program: columns [pid_n * BLOCK_N, + BLOCK_N) of d for all rows, over K slice pid_k.
-    SCALED: FP8 operands with scale factors; otherwise BF16 (sfa_ptr and sfb_ptr unread)."""
+    SCALED: FP8 operands with scale factors; otherwise BF16 (sfa_ptr and sfb_ptr unread).
+    SPLIT: the slice's FP32 partial goes to ws [num_splits, m, n]; the slab's last slice to arrive
+    (counter_ptr[pid_n], zero before the launch and reset by that slice) sums the partials in
+    slice order (deterministic) into d."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)          # rows of B, columns of d
@@ -105,35 +110,33 @@ def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, out_ptr, m, n, k, k_blocks_per_
             acc += block_sums
     acc = tl.sum(acc, axis=2)                                    # [ROWS, BLOCK_N]
     mask = (rows < m)[:, None] & col_ok[None, :]
-    if TO_WORKSPACE:
-        tl.store(out_ptr + pid_k * stride_out_split + rows[:, None] * stride_om + cols[None, :],
-                 acc, mask=mask)
-    else:
-        pointers = out_ptr + rows[:, None] * stride_om + cols[None, :]
+    store = True
+    if SPLIT:
+        partials = ws_ptr + rows[:, None] * n + cols[None, :]      # ws: [num_splits, m, n]
+        tl.store(partials + pid_k * m * n, acc, mask=mask)
+        # Every thread's partial is stored before the release (the threadfence-reduction
+        # protocol); the acquire orders the last slice's reads of the others' partials after it.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        store = arrived == num_splits - 1
+        if store:
+            acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
+            for s in range(0, num_splits):       # in slice order, whichever slice came last
+                acc += tl.load(partials + s * m * n, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(counter_ptr + pid_n, 0)    # zero again for the next launch
+    if store:
+        pointers = d_ptr + rows[:, None] * stride_dm + cols[None, :]
         if ACCUMULATE:
             acc += tl.load(pointers, mask=mask, other=0.0).to(tl.float32)
-        tl.store(pointers, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(pointers, acc.to(d_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _sum_splits_kernel(ws_ptr, d_ptr, m, n, stride_ws_split, stride_dm, SPLITS: tl.constexpr,
-                       ACCUMULATE: tl.constexpr, BLOCK: tl.constexpr):
-    """d = (d if ACCUMULATE) + the K slices' partials, summed in slice order."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offsets < m * n
-    acc = tl.zeros((BLOCK,), tl.float32)
-    for s in tl.static_range(SPLITS):
-        acc += tl.load(ws_ptr + s * stride_ws_split + offsets, mask=ok, other=0.0)
-    pointers = d_ptr + (offsets // n) * stride_dm + offsets % n
-    if ACCUMULATE:
-        acc += tl.load(pointers, mask=ok, other=0.0).to(tl.float32)
-    tl.store(pointers, acc.to(d_ptr.dtype.element_ty), mask=ok)
-
-
-def choose_config(m: int, n: int, k: int, num_sms: int) -> GemvConfig:
+def choose_config(m: int, n: int, k: int, num_sms: int, scaled: bool = True) -> GemvConfig:
     """16-row slabs, 512 of K per iteration (8 KB of FP8 B, 16 KB of BF16, per program and
-    iteration; 256 above 2 rows); split K until there are ~4 programs per SM, the loads in flight that HBM's latency
-    asks for (~32 KB per SM at ~4 TB/s and ~1 us)."""
+    iteration; 256 above 2 rows); split K until there are ~4 programs per SM, the loads in flight
+    that HBM's latency asks for (~32 KB per SM at ~4 TB/s and ~1 us). FP8 (`scaled`) at M = 1 with
+    8 warps: 1.01-1.20x the 4-warp time at K >= 1536 on the H200, 0.96-0.99x at K <= 512..2048
+    (2026-12-02, benchmarks/results/probe_gemv-h200.txt); BF16 and more rows lost with 8."""
     k_blocks = triton.cdiv(k, _GRAN_K)
     # More than 2 rows: 256 of K per iteration, so that the rows' products stay in registers
     # (4 rows, 1D1D, 512 of K: 128 registers and a stack frame).
@@ -141,7 +144,7 @@ def choose_config(m: int, n: int, k: int, num_sms: int) -> GemvConfig:
     block_n = 16
     programs = triton.cdiv(n, block_n)
     split_k = max(1, min(triton.cdiv(4 * num_sms, programs), triton.cdiv(k_blocks, groups)))
-    return GemvConfig(block_n, groups, split_k, num_warps=4)
+    return GemvConfig(block_n, groups, split_k, num_warps=8 if scaled and m == 1 else 4)
 
 
 def fp8_gemv(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
@@ -175,22 +178,40 @@ def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, 
         if num_sms is None:   # set_num_sms's limit, as the tensor-core kernels take it
             num_sms = (settings._num_sms or settings.device_sm_count(d.device.index)
                        if d.device.type == "cuda" else 1)
-        config = choose_config(m, n, k, num_sms)
+        config = choose_config(m, n, k, num_sms, scaled)
         dispatch.print_config_once(function, (m, n, k), d.device, config)
     k_blocks = triton.cdiv(k, _GRAN_K)
     k_blocks_per_split = triton.cdiv(k_blocks, config.split_k)
     splits = triton.cdiv(k_blocks, k_blocks_per_split)   # no empty slice
-    workspace = torch.empty((splits, m, n), dtype=torch.float32, device=d.device) if splits > 1 else None
-    out = d if workspace is None else workspace
-    _gemv_kernel[(triton.cdiv(n, config.block_n), splits)](
-        a, sfa, b, sfb, out, m, n, k, k_blocks_per_split,
+    programs = triton.cdiv(n, config.block_n)
+    if splits > 1:
+        workspace = torch.empty((splits, m, n), dtype=torch.float32, device=d.device)
+        counters = _counters(d.device, programs)
+    else:
+        workspace = counters = d   # unread
+    _gemv_kernel[(programs, splits)](
+        a, sfa, b, sfb, d, workspace, counters, m, n, k, k_blocks_per_split, splits,
         a.stride(0), b.stride(0), sfa.stride(0), sfa.stride(1), sfb.stride(0), sfb.stride(1),
-        out.stride(0) if workspace is not None else 0, out.stride(-2),
-        ROWS=triton.next_power_of_2(m), BLOCK_N=config.block_n, GROUPS=config.groups,
-        SCALED=scaled, SFB_PER_ROW=sfb_per_row, ACCUMULATE=accumulate,
-        TO_WORKSPACE=workspace is not None, num_warps=config.num_warps)
-    if workspace is not None:
-        block = 1024
-        _sum_splits_kernel[(triton.cdiv(m * n, block),)](
-            workspace, d, m, n, workspace.stride(0), d.stride(0), SPLITS=splits,
-            ACCUMULATE=accumulate, BLOCK=block, num_warps=4)
+        d.stride(0), ROWS=triton.next_power_of_2(m), BLOCK_N=config.block_n, GROUPS=config.groups,
+        SCALED=scaled, SFB_PER_ROW=sfb_per_row, ACCUMULATE=accumulate, SPLIT=splits > 1,
+        num_warps=config.num_warps)
+
+
+_stream_counters: dict = {}    # (device index, stream) -> zeroed int32 counters of eager launches
+_captured_counters: list = []  # kept for the process's life: the graphs replay them
+
+
+def _counters(device: torch.device, elements: int) -> torch.Tensor:
+    """Zeroed split-K counters for one launch on the current stream: eager launches on one stream
+    run one after another and share theirs; a captured launch gets its own, kept (split_counters)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        counters = split_counters.zeroed_counters(device, elements)
+        _captured_counters.append(counters)
+        return counters
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None)
+    counters = _stream_counters.get(key)
+    if counters is None or counters.numel() < elements:
+        counters = _stream_counters[key] = torch.zeros(max(elements, 1024), dtype=torch.int32, device=device)
+        if device.type == "cuda":
+            split_counters.refill_zeroed_reserve(device)   # for captures to come
+    return counters

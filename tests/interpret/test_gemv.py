@@ -113,10 +113,13 @@ def test_bf16_gemv_matches_reference(m, n, k, out_dtype, with_c, config):
 
 def test_choose_config_splits_k_until_the_sms_have_enough_programs():
     # 2112 rows of B in 16-row slabs: 132 programs; 4 per SM asks for a split of 4 on 132 SMs.
-    assert gemv.choose_config(1, 2112, 7168, 132) == GemvConfig(16, 4, 4, 4)
+    assert gemv.choose_config(1, 2112, 7168, 132, scaled=False) == GemvConfig(16, 4, 4, 4)
+    # FP8 at M = 1 runs 8 warps a program (faster on the H200), BF16 and more rows 4.
+    assert gemv.choose_config(1, 2112, 7168, 132) == GemvConfig(16, 4, 4, 8)
+    assert gemv.choose_config(2, 2112, 7168, 132).num_warps == 4
     # Wide N fills the SMs without a split; a short K caps the split at its K groups.
     assert gemv.choose_config(1, 32768, 512, 132).split_k == 1
-    assert gemv.choose_config(1, 576, 256, 132) == GemvConfig(16, 2, 1, 4)
+    assert gemv.choose_config(1, 576, 256, 132, scaled=False) == GemvConfig(16, 2, 1, 4)
     # Above 2 rows, 256 of K per iteration (the rows' products in registers).
     assert gemv.choose_config(4, 2112, 7168, 132).groups == 2
     for n, k in ((576, 7168), (4096, 7168), (7168, 16384), (24576, 1536)):
@@ -139,14 +142,15 @@ def _route_to_sm90(monkeypatch, threshold: str, value: int, kernel_module):
         raise _TensorCoreKernelCalled
 
     monkeypatch.setattr(heuristics, threshold, value)
+    monkeypatch.setattr(heuristics, "GEMV_MIN_K", 256)
     monkeypatch.setattr(dispatch, "backend_of", lambda *args: dispatch.SM90)
     monkeypatch.setattr(kernel_module, "run", tensor_core_kernel)
 
 
 def test_public_fp8_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
-    """The SM90 route of dg_triton.fp8_gemm_nt with heuristics.sm90.FP8_GEMV_MAX_M raised (it is
-    off until measured): M at the threshold goes to the GEMV, M above it to the tensor-core kernel
-    (stubbed: no GPU here)."""
+    """The SM90 route of dg_triton.fp8_gemm_nt with heuristics.sm90.FP8_GEMV_MAX_M at 4 and
+    GEMV_MIN_K at 256: M at the threshold goes to the GEMV, M above it or K below the minimum to the
+    tensor-core kernel (stubbed: no GPU here)."""
     from dg_triton.kernels import sm90_fp8_gemm
 
     _route_to_sm90(monkeypatch, "FP8_GEMV_MAX_M", 4, sm90_fp8_gemm)
@@ -158,6 +162,9 @@ def test_public_fp8_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     _check(d, expected, DEQUANTIZED_THRESHOLD, what)
     with pytest.raises(_TensorCoreKernelCalled):
         dg_triton.fp8_gemm_nt(a_pair, b_pair, torch.empty(5, 200, dtype=torch.bfloat16))
+    _, _, a_short, b_short, _, _ = _operands(1, 200, 128, "1d2d", generator)
+    with pytest.raises(_TensorCoreKernelCalled):
+        dg_triton.fp8_gemm_nt(a_short, b_short, torch.empty(1, 200, dtype=torch.bfloat16))
 
 
 def test_public_bf16_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
@@ -181,6 +188,22 @@ def test_the_dispatch_thresholds_stay_within_the_rows_the_kernel_takes():
 
     assert 0 <= heuristics.FP8_GEMV_MAX_M <= gemv.MAX_ROWS
     assert 0 <= heuristics.BF16_GEMV_MAX_M <= gemv.MAX_ROWS
+
+
+def test_split_k_leaves_its_counters_zeroed_and_repeats_bitwise():
+    """The slab's last K slice sums the partials and zeroes its counter again: a second launch on
+    the same counters gives the same bits."""
+    generator, what = _generator()
+    config = GemvConfig(16, 2, 3, 4)                      # 9 K blocks in 3 slices
+    _, _, a_pair, b_pair, sfa, sfb = _operands(2, 300, 1040, "1d2d", generator)
+    outputs = []
+    for _ in range(2):
+        d = torch.full((2, 300), float("nan"), dtype=torch.bfloat16)
+        gemv.fp8_gemv("test", a_pair[0], sfa, b_pair[0], sfb, d, "1d2d", False, config=config)
+        outputs.append(d)
+    assert (gemv._stream_counters[None, None] == 0).all(), what
+    assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16)), what
+    _check(outputs[0], reference_fp8.fp8_gemm_reference(a_pair, b_pair, outputs[0]), DEQUANTIZED_THRESHOLD, what)
 
 
 def test_gemv_takes_any_stride_along_a_dimension_of_one():
