@@ -6,7 +6,7 @@ views, data and scale factors alike (API.md 1.1), never copies. The NT core then
 operands, d and c (validation_fp8.operands); applies the empty-problem rules of API.md 1.3 (no
 kernel); resolves the recipe and checks the scale factors and what the recipe's kernel needs of d
 and c (validation_fp8.scaling); dispatches (the SM90 CUDA kernel -- or for M up to
-heuristics.sm90.FP8_GEMV_MAX_M (1) at K from GEMV_MIN_K, the CUDA-core GEMV of dg_triton/triton/gemv.py --
+heuristics.sm90.FP8_GEMV_MAX_M (1) at K from FP8_GEMV_MIN_K, the CUDA-core GEMV of dg_triton/triton/gemv.py --
 or the portable Triton kernel: dispatch.py); brings the SFs into the layouts the kernel reads with
 transform_sf_into_required_layout (the portable kernel reads the same layouts through their
 strides); copies c into d; launches.
@@ -69,7 +69,7 @@ def _launch(function: str, rules, ops, scaling, d, c, compiled_dims: str, disabl
         gemm_portable.fp8_gemm(function, ops.a, sfa, ops.b, sfb, d, scaling.kind, c is not None,
                                head_splits)
         return
-    if heuristics.takes_gemv(m, k, heuristics.FP8_GEMV_MAX_M) and head_splits is None:
+    if heuristics.takes_gemv(m, k, fp8=True) and head_splits is None:
         from dg_triton.triton import gemv  # imports Triton: only when used
         gemv.fp8_gemv(function, ops.a, sfa, ops.b, sfb, d, scaling.kind, c is not None)
         return

@@ -1,7 +1,7 @@
 """Dense GEMMs: D = C + A @ B (API.md 3.2). Every alias rewrites its physical operands into the
 logical NT problem (A [M, K], B [N, K]) with views, never copies; the NT core validates,
 dispatches (the SM90 CUDA kernel -- or for M up to heuristics.sm90.BF16_GEMV_MAX_M (1) at K from
-GEMV_MIN_K with K-major operands, the CUDA-core GEMV of dg_triton/triton/gemv.py -- or the portable Triton
+BF16_GEMV_MIN_K with K-major operands, the CUDA-core GEMV of dg_triton/triton/gemv.py -- or the portable Triton
 kernel: dispatch.py) and launches.
 """
 import torch
@@ -64,7 +64,7 @@ def _bf16_gemm(function: str, a, b, d, c, compiled_dims: str) -> None:
         from dg_triton.triton import gemm_portable  # imports Triton: only when used
         gemm_portable.bf16_gemm(function, a, b, d, c is not None)
         return
-    if heuristics.takes_gemv(m, k, heuristics.BF16_GEMV_MAX_M) and a_k_major and b_k_major:
+    if heuristics.takes_gemv(m, k, fp8=False) and a_k_major and b_k_major:
         from dg_triton.triton import gemv  # imports Triton: only when used
         gemv.bf16_gemv(function, a, b, d, c is not None)
         return

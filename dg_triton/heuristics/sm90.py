@@ -217,19 +217,22 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
 FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
 
 # SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV (dg_triton/triton/gemv.py) instead of the
-# tensor-core kernel for M up to *_GEMV_MAX_M and K from GEMV_MIN_K. On the H200 (2026-12-02,
-# benchmarks/results/probe_gemv-h200.txt, the GEMV then still with a second kernel summing its
-# K slices): at M = 1 its best config ran 1.08x (FP8) and 1.09x (BF16) the tensor-core kernel
-# geomean over API.md 8's shapes, 1.03-1.31x at K >= 7168 and 0.96-1.06x at K <= 2048; at M = 2
-# 0.92-0.95x, at 4 and 8 rows 0.41-0.79x.
+# tensor-core kernel for M up to *_GEMV_MAX_M and K from *_GEMV_MIN_K. On the H200 (2026-12-02,
+# benchmarks/results/probe_gemv-h200.txt), at M = 1 the GEMV's config ran 1.05-1.21x (FP8) and
+# 1.05-1.33x (BF16) the tensor-core kernel at K >= 7168, FP8 1.08x at K = 2048 and 0.92-1.00x at
+# K <= 1536, BF16 0.95-1.00x at K <= 2048; at M = 2 its best variant 0.90x (FP8) / 0.94x (BF16)
+# geomean, at 4 and 8 rows 0.41-0.79x.
 FP8_GEMV_MAX_M = 1
 BF16_GEMV_MAX_M = 1
-GEMV_MIN_K = 4096
+FP8_GEMV_MIN_K = 2048
+BF16_GEMV_MIN_K = 4096
 
 
-def takes_gemv(m: int, k: int, max_m: int) -> bool:
-    """Whether an SM90 dense GEMM of M rows and depth K goes to the GEMV (max_m: *_GEMV_MAX_M)."""
-    return m <= max_m and k >= GEMV_MIN_K
+def takes_gemv(m: int, k: int, fp8: bool) -> bool:
+    """Whether an SM90 dense FP8 (or BF16) GEMM of M rows and depth K goes to the GEMV."""
+    if fp8:
+        return m <= FP8_GEMV_MAX_M and k >= FP8_GEMV_MIN_K
+    return m <= BF16_GEMV_MAX_M and k >= BF16_GEMV_MIN_K
 
 
 def fp8_scale_stage_bytes(kind: str, block_m: int, block_n: int) -> int:

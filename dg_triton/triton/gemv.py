@@ -22,8 +22,8 @@ tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32):
   ~1.3 us of a 7-15 us call on the H200);
 - no host sync, nothing read back: capturable in a CUDA graph.
 
-Whether SM90's GEMMs take this path is heuristics.sm90.takes_gemv (M = 1 at K >= 4096, from
-benchmarks/probe_gemv.py on the H200).
+Whether SM90's GEMMs take this path is heuristics.sm90.takes_gemv (M = 1, FP8 at K >= 2048 and
+BF16 at K >= 4096, from benchmarks/probe_gemv.py on the H200).
 """
 from typing import NamedTuple
 
@@ -134,17 +134,18 @@ def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, ws_ptr, counter_ptr, m, 
 def choose_config(m: int, n: int, k: int, num_sms: int, scaled: bool = True) -> GemvConfig:
     """16-row slabs, 512 of K per iteration (8 KB of FP8 B, 16 KB of BF16, per program and
     iteration; 256 above 2 rows); split K until there are ~4 programs per SM, the loads in flight
-    that HBM's latency asks for (~32 KB per SM at ~4 TB/s and ~1 us). FP8 (`scaled`) at M = 1 with
-    8 warps: 1.01-1.20x the 4-warp time at K >= 1536 on the H200, 0.96-0.99x at K <= 512..2048
-    (2026-12-02, benchmarks/results/probe_gemv-h200.txt); BF16 and more rows lost with 8."""
+    that HBM's latency asks for (~32 KB per SM at ~4 TB/s and ~1 us). At M = 1, 8 warps a program,
+    and FP8 (`scaled`) in 8-row slabs: the fastest of probe_gemv's variants on most of API.md 8's
+    shapes on the H200 (2026-12-02, benchmarks/results/probe_gemv-h200.txt); more rows lost with
+    either."""
     k_blocks = triton.cdiv(k, _GRAN_K)
     # More than 2 rows: 256 of K per iteration, so that the rows' products stay in registers
     # (4 rows, 1D1D, 512 of K: 128 registers and a stack frame).
     groups = min(4 if m <= 2 else 2, triton.next_power_of_2(k_blocks))
-    block_n = 16
+    block_n = 8 if scaled and m == 1 else 16
     programs = triton.cdiv(n, block_n)
     split_k = max(1, min(triton.cdiv(4 * num_sms, programs), triton.cdiv(k_blocks, groups)))
-    return GemvConfig(block_n, groups, split_k, num_warps=8 if scaled and m == 1 else 4)
+    return GemvConfig(block_n, groups, split_k, num_warps=8 if m == 1 else 4)
 
 
 def fp8_gemv(function: str, a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,

@@ -113,13 +113,13 @@ def test_bf16_gemv_matches_reference(m, n, k, out_dtype, with_c, config):
 
 def test_choose_config_splits_k_until_the_sms_have_enough_programs():
     # 2112 rows of B in 16-row slabs: 132 programs; 4 per SM asks for a split of 4 on 132 SMs.
-    assert gemv.choose_config(1, 2112, 7168, 132, scaled=False) == GemvConfig(16, 4, 4, 4)
-    # FP8 at M = 1 runs 8 warps a program (faster on the H200), BF16 and more rows 4.
-    assert gemv.choose_config(1, 2112, 7168, 132) == GemvConfig(16, 4, 4, 8)
-    assert gemv.choose_config(2, 2112, 7168, 132).num_warps == 4
+    assert gemv.choose_config(2, 2112, 7168, 132) == GemvConfig(16, 4, 4, 4)
+    # At M = 1, 8 warps a program; FP8 in 8-row slabs (264 programs: a split of 2).
+    assert gemv.choose_config(1, 2112, 7168, 132, scaled=False) == GemvConfig(16, 4, 4, 8)
+    assert gemv.choose_config(1, 2112, 7168, 132) == GemvConfig(8, 4, 2, 8)
     # Wide N fills the SMs without a split; a short K caps the split at its K groups.
     assert gemv.choose_config(1, 32768, 512, 132).split_k == 1
-    assert gemv.choose_config(1, 576, 256, 132, scaled=False) == GemvConfig(16, 2, 1, 4)
+    assert gemv.choose_config(1, 576, 256, 132, scaled=False) == GemvConfig(16, 2, 1, 8)
     # Above 2 rows, 256 of K per iteration (the rows' products in registers).
     assert gemv.choose_config(4, 2112, 7168, 132).groups == 2
     for n, k in ((576, 7168), (4096, 7168), (7168, 16384), (24576, 1536)):
@@ -142,14 +142,15 @@ def _route_to_sm90(monkeypatch, threshold: str, value: int, kernel_module):
         raise _TensorCoreKernelCalled
 
     monkeypatch.setattr(heuristics, threshold, value)
-    monkeypatch.setattr(heuristics, "GEMV_MIN_K", 256)
+    monkeypatch.setattr(heuristics, "FP8_GEMV_MIN_K", 256)
+    monkeypatch.setattr(heuristics, "BF16_GEMV_MIN_K", 256)
     monkeypatch.setattr(dispatch, "backend_of", lambda *args: dispatch.SM90)
     monkeypatch.setattr(kernel_module, "run", tensor_core_kernel)
 
 
 def test_public_fp8_gemm_takes_the_gemv_up_to_its_threshold(monkeypatch):
     """The SM90 route of dg_triton.fp8_gemm_nt with heuristics.sm90.FP8_GEMV_MAX_M at 4 and
-    GEMV_MIN_K at 256: M at the threshold goes to the GEMV, M above it or K below the minimum to the
+    FP8_GEMV_MIN_K at 256: M at the threshold goes to the GEMV, M above it or K below the minimum to the
     tensor-core kernel (stubbed: no GPU here)."""
     from dg_triton.kernels import sm90_fp8_gemm
 
