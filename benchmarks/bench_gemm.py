@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import dg_triton  # noqa: E402
-from dg_triton import portable, testing, tuned_files, validation  # noqa: E402
+from dg_triton import dispatch, portable, settings, testing, tuned_files, validation  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 
@@ -77,8 +77,14 @@ def check(fn, d: torch.Tensor, ref: torch.Tensor, threshold: float = 1e-5) -> fl
 
 
 def _portable_config_name(family, m, n, k) -> str:
-    """The config the portable path ran (tuned entry or default), as 'portable <name>'."""
-    config = portable.choose_config(family, m, n, k, torch.device("cuda", torch.cuda.current_device()))
+    """The config a call without a tensor-core plan ran: the SM90 GEMV's (heuristics.takes_gemv),
+    else the portable path's (tuned entry or default), as 'portable <name>'."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    if dispatch.backend("bench", device, (dispatch.SM90,)) == dispatch.SM90 \
+            and heuristics.takes_gemv(m, k, family is not portable.BF16_GEMM):
+        from dg_triton.triton import gemv
+        return str(gemv.choose_config(m, n, k, settings.device_sm_count(), family is not portable.BF16_GEMM))
+    config = portable.choose_config(family, m, n, k, device)
     return f"portable {portable.config_name(config)}"
 
 
