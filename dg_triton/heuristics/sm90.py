@@ -219,8 +219,8 @@ FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
 # SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV (dg_triton/triton/gemv.py) instead of the
 # tensor-core kernel for M up to *_GEMV_MAX_M and K from *_GEMV_MIN_K. On the H200 (2026-12-02,
 # benchmarks/results/probe_gemv-h200.txt), at M = 1 the GEMV's config ran 1.05-1.21x (FP8) and
-# 1.05-1.33x (BF16) the tensor-core kernel at K >= 7168, FP8 1.08x at K = 2048 and 0.92-1.00x at
-# K <= 1536, BF16 0.95-1.00x at K <= 2048; at M = 2 its best variant 0.90x (FP8) / 0.94x (BF16)
+# 1.05-1.33x (BF16) the tensor-core kernel at K >= 7168, FP8 1.08x at K = 2048 and 0.91-1.00x at
+# K <= 1536, BF16 0.94-1.00x at K <= 2048; at M = 2 its best variant 0.90x (FP8) / 0.94x (BF16)
 # geomean, at 4 and 8 rows 0.41-0.79x.
 FP8_GEMV_MAX_M = 1
 BF16_GEMV_MAX_M = 1

@@ -1,7 +1,7 @@
 """GEMV: the dense FP8 and BF16 GEMMs (API.md 3.1, 3.2) for decode-sized M, on CUDA cores.
 
-At M = 1 the SM90 tensor-core kernels run 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (FP8) and
-0.73-1.03x ``torch.matmul`` (BF16) (2026-12-02, benchmarks/results/*_gemm-h200.md), 12-48 us
+At M = 1 the SM90 tensor-core kernels ran 0.81-0.99x cuBLAS's per-tensor ``_scaled_mm`` (FP8) and
+0.73-1.03x ``torch.matmul`` (BF16) (H200, 2026-12-02, the benches at 9a5578a / 60b1874), 12-48 us
 (FP8) where reading B once at the copy bandwidth takes 1-28 us: a 64-row tile carries one
 row, and the time goes to pipeline start-up, the K loop's latency and the split-K reduction.
 Here each program streams BLOCK_N rows of B over a slice of K with wide vector loads and
