@@ -78,12 +78,13 @@ def check(fn, d: torch.Tensor, ref: torch.Tensor, threshold: float = 1e-5) -> fl
 
 def _portable_config_name(family, m, n, k) -> str:
     """The config a call without a tensor-core plan ran: the SM90 GEMV's (heuristics.takes_gemv),
-    else the portable path's (tuned entry or default), as 'portable <name>'."""
+    as 'gemv <config>', else the portable path's (tuned entry or default), as 'portable <name>'."""
     device = torch.device("cuda", torch.cuda.current_device())
     if dispatch.backend("bench", device, (dispatch.SM90,)) == dispatch.SM90 \
             and heuristics.takes_gemv(m, k, family is not portable.BF16_GEMM):
         from dg_triton.triton import gemv
-        return str(gemv.choose_config(m, n, k, settings.device_sm_count(), family is not portable.BF16_GEMM))
+        num_sms = settings._num_sms or settings.device_sm_count()
+        return str(gemv.choose_config(m, n, k, num_sms, family is not portable.BF16_GEMM))
     config = portable.choose_config(family, m, n, k, device)
     return f"portable {portable.config_name(config)}"
 

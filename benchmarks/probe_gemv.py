@@ -1,6 +1,6 @@
 """Probe: the CUDA-core GEMV (dg_triton/triton/gemv.py) against the SM90 tensor-core kernel and
 cuBLAS (FP8: per-tensor `_scaled_mm`; BF16: `torch.matmul`) at decode M, on the 7 (N, K) pairs of
-API.md 8, to set heuristics.sm90.FP8_GEMV_MAX_M / BF16_GEMV_MAX_M / GEMV_MIN_K. Every variant is checked against the
+API.md 8, to set heuristics.sm90's FP8/BF16_GEMV_MAX_M and FP8/BF16_GEMV_MIN_K. Every variant is checked against the
 unquantized reference (calc_diff < 1e-3, output poisoned first) before it is timed; times are
 medians of graph replays (L2 flushed), the variants timed in alternation three times over.
 

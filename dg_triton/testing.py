@@ -235,8 +235,9 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
 
 
 def replay_kernel_names(graph: "torch.cuda.CUDAGraph") -> list[str]:
-    """The names of the kernels one replay of ``graph`` runs, in the order they start (CUPTI,
-    through torch.profiler): what a graph costs beyond the kernels one meant to capture."""
+    """The names of the kernels (and memset / memcpy nodes) one replay of ``graph`` runs, in the
+    order they start (CUPTI, through torch.profiler): what a graph costs beyond the kernels one
+    meant to capture."""
     _require_cuda("replay_kernel_names")
     from torch.profiler import ProfilerActivity, profile
 
@@ -244,8 +245,7 @@ def replay_kernel_names(graph: "torch.cuda.CUDAGraph") -> list[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return [e.name for e in sorted(kernels, key=lambda e: e.time_range.start)]
 
 

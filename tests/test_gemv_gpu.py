@@ -125,3 +125,36 @@ def test_bf16_gemv_several_rows_accumulating_into_fp32(m):
     gemv.bf16_gemv("test", a, b, d, True)
     torch.cuda.synchronize()
     assert calc_diff(d, a.float() @ b.float().T + c) < 1e-5
+
+
+def test_a_gemv_captured_after_other_split_k_captures_gets_aligned_counters():
+    """A split-K BF16 GEMM captured first takes 66 counters from the zeroed reserve; a GEMV
+    captured after it must still get 16-byte aligned ones (Triton specializes pointers on it: a
+    misaligned slice would need a kernel the eager warm-up did not build, compiled mid-capture),
+    replay as one kernel and be right."""
+    _require_cuda()
+    import dg_triton
+    from dg_triton.testing import calc_diff, replay_kernel_names
+    from dg_triton.triton import gemv
+
+    a16 = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(2112, 7168, device="cuda", dtype=torch.bfloat16)
+    d16 = torch.empty(128, 2112, device="cuda", dtype=torch.bfloat16)
+    a, b, a_q, sfa, b_q, sfb = _operands(1, 2112, 7168, "1d2d")
+    d = torch.empty(1, 2112, device="cuda", dtype=torch.bfloat16)
+    dg_triton.bf16_gemm_nt(a16, b16, d16)                           # eager warm-ups
+    gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)
+    torch.cuda.synchronize()
+    first, second = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(first):
+        dg_triton.bf16_gemm_nt(a16, b16, d16)
+    with torch.cuda.graph(second):
+        gemv.fp8_gemv("test", a_q, sfa, b_q, sfb, d, "1d2d", False)
+    assert all(c.data_ptr() % 16 == 0 for kept in gemv._captured_counters.values() for c in kept)
+    assert replay_kernel_names(second) == ["_gemv_kernel"]
+    d.fill_(float("nan"))
+    second.replay()
+    first.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(d).all() and calc_diff(d.float(), a.float() @ b.float().T) < THRESHOLD
+    assert calc_diff(d16.float(), a16.float() @ b16.float().T) < 1e-5

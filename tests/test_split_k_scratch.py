@@ -22,6 +22,7 @@ def _fresh_scratch(monkeypatch):
     monkeypatch.setattr(sm90_bf16_gemm, "_stream_scratch", {})
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_scratch", {})
     monkeypatch.setattr(split_counters, "_zeroed_reserve", {})
+    monkeypatch.setattr(split_counters, "_warned", set())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
 
 
@@ -69,6 +70,7 @@ def test_a_capture_the_driver_does_not_name_gets_a_set_per_launch(monkeypatch):
     plan = _buffers(64, 128)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: None)
+    split_counters.refill_zeroed_reserve(torch.device("cpu"))   # as an eager launch would
     assert _pointers(plan.scalars(TEMPLATE, 7)) != _pointers(plan.scalars(TEMPLATE, 7))
     assert len(sm90_bf16_gemm._capture_scratch[None, None]) == 2
 
@@ -97,13 +99,24 @@ def test_a_capture_without_a_big_enough_reserve_zeroes_its_own_counters(monkeypa
     plan = _buffers(64, 128)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 41)
-    _pointers(plan.scalars(TEMPLATE, 7))     # no eager launch yet: no reserve
+    with pytest.warns(RuntimeWarning, match="fill kernel"):
+        _pointers(plan.scalars(TEMPLATE, 7))     # no eager launch yet: no reserve
     assert None not in split_counters._zeroed_reserve
     assert (sm90_bf16_gemm._capture_scratch[None, 41, 7].counters == 0).all()
     monkeypatch.setattr(split_counters, "_zeroed_reserve", {None: [torch.zeros(1, dtype=torch.int32), 0]})
     monkeypatch.setattr(sm90_bf16_gemm, "_capture_id", lambda stream: 42)
     _, counters = _pointers(plan.scalars(TEMPLATE, 7))   # needs more than the reserve's one
     assert not _in_reserve(counters) and split_counters._zeroed_reserve[None][1] == 0
+
+
+def test_reserved_slices_start_128_bytes_apart_whatever_their_length():
+    """Triton specializes pointers on 16-byte alignment: a captured GEMV must get the kernel its
+    eager warm-up built, whatever the slices taken before its own."""
+    split_counters.refill_zeroed_reserve(torch.device("cpu"))
+    base = split_counters._zeroed_reserve[None][0].data_ptr()
+    for elements in (66, 1, 264, 31, 33):
+        counters = split_counters.zeroed_counters(torch.device("cpu"), elements)
+        assert counters.numel() == elements and (counters.data_ptr() - base) % 128 == 0
 
 
 def test_an_eager_launch_refills_a_reserve_that_is_less_than_half_left():
@@ -122,4 +135,4 @@ def test_an_eager_launch_refills_a_reserve_that_is_less_than_half_left():
 def test_capture_id_without_a_driver_is_none():
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU")
-    assert sm90_bf16_gemm._capture_id(0) is None
+    assert sm90_bf16_gemm._capture_id(0) is None and split_counters.capture_id(0) is None

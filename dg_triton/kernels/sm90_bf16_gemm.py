@@ -17,6 +17,7 @@ from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
                                        choose_bf16_gemm_config, epilogue_swizzle_bytes)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
+from dg_triton.kernels.split_counters import capture_id as _capture_id
 from dg_triton.kernels.split_counters import refill_zeroed_reserve, zeroed_counters
 
 KERNEL_SYMBOL = "sm90_bf16_gemm"
@@ -183,20 +184,6 @@ _stream_scratch: dict = {}    # (device index, stream handle) -> _Scratch
 # capture's id is unknown; kept for as long as the process lives (a graph's lifetime is not visible
 # here).
 _capture_scratch: dict = {}
-
-
-def _capture_id(stream: int) -> int | None:
-    """The id of the CUDA-graph capture under way on `stream` (unique over the process, from
-    cuStreamGetCaptureInfo), or None where the driver does not say."""
-    try:
-        from cuda.bindings import driver
-        result = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
-        if result[0] == driver.CUresult.CUDA_SUCCESS \
-                and result[1] == driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
-            return int(result[2])
-    except Exception:  # a cuda-bindings without this query: the caller allocates per launch
-        pass
-    return None
 
 
 class SplitKBuffers:

@@ -18,8 +18,8 @@ tensor-core kernel (per-block partial sums, scaled by sfa * sfb, added in FP32):
 - operands K-major (stride(1) == 1);
 - split-K (grid axis 1) when BLOCK_N-row slabs alone leave the SMs with too few loads in flight:
   each slice writes an FP32 partial into a workspace, and the last slice of a slab to arrive sums
-  the slices in a fixed order (deterministic) into d, in the same kernel (a second kernel cost
-  ~1.3 us of a 7-15 us call on the H200);
+  the slices in a fixed order (deterministic) into d, in the same kernel (the second kernel it
+  replaces cost up to 1.7 us of a 10-30 us call on the H200, at 1x576x7168);
 - no host sync, nothing read back: capturable in a CUDA graph.
 
 Whether SM90's GEMMs take this path is heuristics.sm90.takes_gemv (M = 1, FP8 at K >= 2048 and
@@ -133,7 +133,7 @@ def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, ws_ptr, counter_ptr, m, 
 
 def choose_config(m: int, n: int, k: int, num_sms: int, scaled: bool = True) -> GemvConfig:
     """16-row slabs, 512 of K per iteration (8 KB of FP8 B, 16 KB of BF16, per program and
-    iteration; 256 above 2 rows); split K until there are ~4 programs per SM, the loads in flight
+    iteration; 256 above 2 rows; FP8 at M = 1 8-row slabs, 4 KB); split K until there are ~4 programs per SM, the loads in flight
     that HBM's latency asks for (~32 KB per SM at ~4 TB/s and ~1 us). At M = 1, 8 warps a program,
     and FP8 (`scaled`) in 8-row slabs: the fastest of probe_gemv's variants on most of API.md 8's
     shapes on the H200 (2026-12-02, benchmarks/results/probe_gemv-h200.txt); more rows lost with
@@ -199,20 +199,30 @@ def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, 
 
 
 _stream_counters: dict = {}    # (device index, stream) -> zeroed int32 counters of eager launches
-_captured_counters: list = []  # kept for the process's life: the graphs replay them
+# (device index, capture id, stream) -> the capture's counters, and every set a capture has had
+# (its graph replays them all); (device index, None) when the driver does not name the capture.
+_captured_counters: dict = {}
 
 
 def _counters(device: torch.device, elements: int) -> torch.Tensor:
-    """Zeroed split-K counters for one launch on the current stream: eager launches on one stream
-    run one after another and share theirs; a captured launch gets its own, kept (split_counters)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        counters = split_counters.zeroed_counters(device, elements)
-        _captured_counters.append(counters)
-        return counters
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None)
+    """Zeroed split-K counters for one launch on the current stream. Launches on one stream run
+    one after another and leave their counters zeroed, so they share them: eager launches per
+    stream, captured ones per capture and stream, from split_counters' reserve (no fill kernel in
+    the graph) and kept."""
+    if device.type != "cuda":
+        key = (device.index, None)
+    else:
+        stream = torch.cuda.current_stream(device).cuda_stream
+        if torch.cuda.is_current_stream_capturing():
+            capture = split_counters.capture_id(stream)
+            key = (device.index, capture, stream) if capture is not None else (device.index, None)
+            kept = _captured_counters.setdefault(key, [])
+            if capture is None or not kept or kept[-1].numel() < elements:
+                kept.append(split_counters.zeroed_counters(device, elements))
+            return kept[-1]
+        key = (device.index, stream)
+        split_counters.refill_zeroed_reserve(device)   # for captures to come (cheap when full)
     counters = _stream_counters.get(key)
     if counters is None or counters.numel() < elements:
         counters = _stream_counters[key] = torch.zeros(max(elements, 1024), dtype=torch.int32, device=device)
-        if device.type == "cuda":
-            split_counters.refill_zeroed_reserve(device)   # for captures to come
     return counters
