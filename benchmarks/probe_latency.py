@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dg_triton  # noqa: E402
 from bench_gemm import cublas_fp8  # noqa: E402
-from dg_triton import testing  # noqa: E402
+from dg_triton import settings, testing  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.triton import gemv  # noqa: E402
 from probe_gemv import variant_config  # noqa: E402
@@ -88,7 +88,7 @@ def main():
                     calls = {"ours": lambda: dg_triton.fp8_gemm_nt((a_q, sfa), (b_q, sfb), d)}
                     if m == 1:
                         for cfg in ("default", "w4"):
-                            config = variant_config(cfg, m, n, k, 132)
+                            config = variant_config(cfg, m, n, k, settings.device_sm_count())
                             calls[f"gemv {cfg}"] = (lambda config=config: gemv.fp8_gemv(
                                 "probe", a_q, sfa, b_q, sfb, d, "1d2d", False, config=config))
                     threshold = 1e-3

@@ -17,8 +17,7 @@ from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
                                        choose_bf16_gemm_config, epilogue_swizzle_bytes)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
-from dg_triton.kernels.split_counters import capture_id as _capture_id
-from dg_triton.kernels.split_counters import refill_zeroed_reserve, zeroed_counters
+from dg_triton.kernels.split_scratch import scratch_for
 
 KERNEL_SYMBOL = "sm90_bf16_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -149,51 +148,10 @@ class _Plan:
 _plans: dict = {}
 
 
-class _Scratch:
-    """Split-K scratch that launches running one after another may share: an FP32 workspace and a
-    counter buffer, grown when a launch needs more; `generation` counts the growths, so plans know
-    when their cached pointers went stale. Counters are zeroed when allocated and left zeroed by
-    the kernel. Eager use (one per device and stream): a buffer dropped by a growth is freed
-    stream-ordered by torch's caching allocator, after the launches already queued that use it.
-    Capture use (one per CUDA-graph capture, `captured`): every buffer is kept, since the graph's
-    earlier launches read the old ones at each replay, and counters come from the zeroed reserve."""
-
-    def __init__(self, device: torch.device, captured: bool = False):
-        self.device = device
-        self.workspace = self.counters = None
-        self.generation = 0
-        self._captured = captured
-        self._retired = [] if captured else None
-
-    def pointers(self, workspace_elements: int, counter_elements: int) -> tuple[int, int]:
-        if self.workspace is None or self.workspace.numel() < workspace_elements \
-                or self.counters.numel() < counter_elements:
-            if self._retired is not None and self.workspace is not None:
-                self._retired.append((self.workspace, self.counters))
-            workspace_elements = max(workspace_elements, 0 if self.workspace is None else self.workspace.numel())
-            counter_elements = max(counter_elements, 0 if self.counters is None else self.counters.numel())
-            self.workspace = torch.empty(workspace_elements, dtype=torch.float32, device=self.device)
-            self.counters = (zeroed_counters(self.device, counter_elements) if self._captured else
-                             torch.zeros(counter_elements, dtype=torch.int32, device=self.device))
-            self.generation += 1
-        return self.workspace.data_ptr(), self.counters.data_ptr()
-
-
-_stream_scratch: dict = {}    # (device index, stream handle) -> _Scratch
-# (device index, capture id, stream) -> _Scratch, or (device index, None) -> [_Scratch] when a
-# capture's id is unknown; kept for as long as the process lives (a graph's lifetime is not visible
-# here).
-_capture_scratch: dict = {}
-
-
 class SplitKBuffers:
     """Where one split-K plan's FP32 partials (one per K slice and tile) and per-tile counters live,
-    for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh). A set serves one launch after
-    another but not two at once. An eager launch takes its stream's scratch, shared by every
-    split-K plan on that stream; a launch being captured into a CUDA graph takes the scratch of its
-    capture and stream, shared by those launches (they run in order at each replay) and kept, so
-    a replay never shares buffers with eager launches or other graphs. (Should the driver not name
-    the capture, each captured launch gets a set of its own.)
+    for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh): the scratch of the stream or
+    capture the launch runs in (split_scratch.scratch_for), its pointers cached per stream.
 
     `scalars(template, stream)` is the plan's scalar tuple with the set's two pointers in
     template[slot], template[slot + 1]."""
@@ -209,24 +167,11 @@ class SplitKBuffers:
         return template[:self.slot] + pointers + template[self.slot + 2:]
 
     def scalars(self, template: tuple, stream: int) -> tuple:
-        if torch.cuda.is_current_stream_capturing():
-            capture = _capture_id(stream)
-            if capture is None:
-                scratch = _Scratch(self.device, captured=True)
-                _capture_scratch.setdefault((self.device.index, None), []).append(scratch)
-            else:
-                # per stream too: a capture forked onto several streams runs their branches at once
-                key = (self.device.index, capture, stream)
-                scratch = _capture_scratch.get(key)
-                if scratch is None:
-                    scratch = _capture_scratch[key] = _Scratch(self.device, captured=True)
+        scratch = scratch_for(self.device, stream)
+        if scratch.captured:
             return self._with(template, scratch.pointers(self.workspace_elements, self.counter_elements))
-        scratch = _stream_scratch.get((self.device.index, stream))
-        if scratch is None:
-            scratch = _stream_scratch[self.device.index, stream] = _Scratch(self.device)
         cached = self._by_stream.get(stream)
         if cached is None or cached[0] != scratch.generation:
-            refill_zeroed_reserve(self.device)   # for captures to come
             pointers = scratch.pointers(self.workspace_elements, self.counter_elements)
             cached = self._by_stream[stream] = (scratch.generation, self._with(template, pointers))
         return cached[1]

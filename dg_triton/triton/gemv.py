@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from dg_triton import dispatch, settings
-from dg_triton.kernels import split_counters
+from dg_triton.kernels import split_scratch
 
 __all__ = ["GemvConfig", "MAX_ROWS", "bf16_gemv", "choose_config", "fp8_gemv"]
 
@@ -61,7 +61,7 @@ def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, ws_ptr, counter_ptr, m, 
                  ACCUMULATE: tl.constexpr, SPLIT: tl.constexpr):
     """One program: columns [pid_n * BLOCK_N, + BLOCK_N) of d for all rows, over K slice pid_k.
     SCALED: FP8 operands with scale factors; otherwise BF16 (sfa_ptr and sfb_ptr unread).
-    SPLIT: the slice's FP32 partial goes to ws [num_splits, m, n]; the slab's last slice to arrive
+    SPLIT: the slice's FP32 partial goes to ws ([num_splits, m, n] flat); the slab's last slice to arrive
     (counter_ptr[pid_n], zero before the launch and reset by that slice) sums the partials in
     slice order (deterministic) into d."""
     pid_n = tl.program_id(0)
@@ -133,8 +133,9 @@ def _gemv_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, ws_ptr, counter_ptr, m, 
 
 def choose_config(m: int, n: int, k: int, num_sms: int, scaled: bool = True) -> GemvConfig:
     """16-row slabs, 512 of K per iteration (8 KB of FP8 B, 16 KB of BF16, per program and
-    iteration; 256 above 2 rows; FP8 at M = 1 8-row slabs, 4 KB); split K until there are ~4 programs per SM, the loads in flight
-    that HBM's latency asks for (~32 KB per SM at ~4 TB/s and ~1 us). At M = 1, 8 warps a program,
+    iteration; 256 above 2 rows; FP8 at M = 1 8-row slabs, 4 KB); split K until there are ~4
+    programs per SM, the loads in flight that HBM's latency asks for (~32 KB per SM at ~4 TB/s
+    and ~1 us). At M = 1, 8 warps a program,
     and FP8 (`scaled`) in 8-row slabs: the fastest of probe_gemv's variants on most of API.md 8's
     shapes on the H200 (2026-12-02, benchmarks/results/probe_gemv-h200.txt); more rows lost with
     either."""
@@ -186,8 +187,11 @@ def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, 
     splits = triton.cdiv(k_blocks, k_blocks_per_split)   # no empty slice
     programs = triton.cdiv(n, config.block_n)
     if splits > 1:
-        workspace = torch.empty((splits, m, n), dtype=torch.float32, device=d.device)
-        counters = _counters(d.device, programs)
+        # The split-K scratch the SM90 kernels use (split_scratch): no fill kernel when captured.
+        stream = torch.cuda.current_stream(d.device).cuda_stream if d.device.type == "cuda" else None
+        scratch = split_scratch.scratch_for(d.device, stream)
+        scratch.pointers(splits * m * n, programs)
+        workspace, counters = scratch.workspace, scratch.counters
     else:
         workspace = counters = d   # unread
     _gemv_kernel[(programs, splits)](
@@ -197,32 +201,3 @@ def _launch(function, what, a, sfa, b, sfb, d, scaled, sfb_per_row, accumulate, 
         SCALED=scaled, SFB_PER_ROW=sfb_per_row, ACCUMULATE=accumulate, SPLIT=splits > 1,
         num_warps=config.num_warps)
 
-
-_stream_counters: dict = {}    # (device index, stream) -> zeroed int32 counters of eager launches
-# (device index, capture id, stream) -> the capture's counters, and every set a capture has had
-# (its graph replays them all); (device index, None) when the driver does not name the capture.
-_captured_counters: dict = {}
-
-
-def _counters(device: torch.device, elements: int) -> torch.Tensor:
-    """Zeroed split-K counters for one launch on the current stream. Launches on one stream run
-    one after another and leave their counters zeroed, so they share them: eager launches per
-    stream, captured ones per capture and stream, from split_counters' reserve (no fill kernel in
-    the graph) and kept."""
-    if device.type != "cuda":
-        key = (device.index, None)
-    else:
-        stream = torch.cuda.current_stream(device).cuda_stream
-        if torch.cuda.is_current_stream_capturing():
-            capture = split_counters.capture_id(stream)
-            key = (device.index, capture, stream) if capture is not None else (device.index, None)
-            kept = _captured_counters.setdefault(key, [])
-            if capture is None or not kept or kept[-1].numel() < elements:
-                kept.append(split_counters.zeroed_counters(device, elements))
-            return kept[-1]
-        key = (device.index, stream)
-        split_counters.refill_zeroed_reserve(device)   # for captures to come (cheap when full)
-    counters = _stream_counters.get(key)
-    if counters is None or counters.numel() < elements:
-        counters = _stream_counters[key] = torch.zeros(max(elements, 1024), dtype=torch.int32, device=device)
-    return counters

@@ -18,6 +18,7 @@ from dg_triton import reference, reference_fp8
 from dg_triton.testing import calc_diff
 from dg_triton.triton import gemv
 from dg_triton.triton.gemv import GemvConfig
+from dg_triton.kernels import split_scratch
 from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor
 
 DEQUANTIZED_THRESHOLD = 1e-5
@@ -202,7 +203,7 @@ def test_split_k_leaves_its_counters_zeroed_and_repeats_bitwise():
         d = torch.full((2, 300), float("nan"), dtype=torch.bfloat16)
         gemv.fp8_gemv("test", a_pair[0], sfa, b_pair[0], sfb, d, "1d2d", False, config=config)
         outputs.append(d)
-    assert (gemv._stream_counters[None, None] == 0).all(), what
+    assert (split_scratch._stream_scratch[None, None].counters == 0).all(), what
     assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16)), what
     _check(outputs[0], reference_fp8.fp8_gemm_reference(a_pair, b_pair, outputs[0]), DEQUANTIZED_THRESHOLD, what)
 
