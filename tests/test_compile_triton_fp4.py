@@ -43,13 +43,15 @@ def _cast_signature(x_type, packed):
             "m": "i32", "n": "i32", "half_n": "i32", "num_groups": "i32", "num_sf_columns": "i32",
             "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
             "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-            "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr", "BF16_WORDS": "constexpr"}
+            "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr", "BF16_WORDS": "constexpr",
+            "FAST_DIV": "constexpr"}
 
 
-def _cast_constexprs(gran_k, packed, bf16_words):
+def _cast_constexprs(gran_k, packed, bf16_words, fast_div=True):
+    """As a GPU launch has them (FAST_DIV: the exact_math division; False under the interpreter)."""
     block_m, block_n = fp4._cast_tile(gran_k)
     return {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
-            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words}
+            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words, "FAST_DIV": fast_div}
 
 
 # (x pointer type, BF16_WORDS, packed UE8M0): contiguous bf16 goes in as int32 words.
@@ -57,15 +59,23 @@ CAST_VARIANTS = [("*i32", True, True), ("*fp32", False, False), ("*bf16", False,
 
 
 @pytest.mark.parametrize("arch", [90, 100])
+@pytest.mark.parametrize("fast_div", [True, False])
 @pytest.mark.parametrize("gran_k", [32, 128])
 @pytest.mark.parametrize("x_type,bf16_words,packed", CAST_VARIANTS)
 def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, bf16_words, packed,
-                                                                   gran_k, arch):
+                                                                   gran_k, fast_div, arch):
     ptx = _compile(fp4._per_token_cast_to_fp4_kernel, _cast_signature(x_type, packed),
-                   _cast_constexprs(gran_k, packed, bf16_words), arch)
-    # Bitwise agreement with the reference needs correctly rounded divisions (div_rn), not the
-    # approximate div.full.f32 that a plain fp32 `/` lowers to.
-    assert "div.rn.f32" in ptx and "div.full.f32" not in ptx and "div.approx" not in ptx
+                   _cast_constexprs(gran_k, packed, bf16_words, fast_div), arch)
+    # Bitwise agreement with the reference needs correctly rounded divisions, never the
+    # approximate div.full.f32 that a plain fp32 `/` lowers to: div_rn, or the sf division by
+    # exact_math's FMA sequence (its FMAs must stay fused: fma.rn, no separate mul and add).
+    assert "div.full.f32" not in ptx and "div.approx" not in ptx
+    if fast_div:
+        assert "fma.rn.f32" in ptx
+        # A UE8M0 1/sf is exact bit arithmetic; an fp32 sf's reciprocal is still div_rn.
+        assert ("div.rn.f32" in ptx) == (not packed)
+    else:
+        assert "div.rn.f32" in ptx
 
 
 def test_fp4_cast_thread_owns_whole_groups_with_16_byte_accesses():

@@ -41,9 +41,12 @@ def _per_block(x_type, use_ue8m0):
 
 
 def _per_channel(x_type, use_ue8m0):
+    """As a GPU launch builds it: the divisions by exact_math (FAST_DIV)."""
     signature = {"x_ptr": x_type, "q_ptr": "*fp8e4nv", "sf_ptr": "*fp32", "n": "i32", **_STRIDES,
-                 "GRAN_K": "constexpr", "BLOCK_N": "constexpr", "USE_UE8M0": "constexpr"}
-    constexprs = {"GRAN_K": 128, "BLOCK_N": quant._PER_CHANNEL_BLOCK_N, "USE_UE8M0": use_ue8m0}
+                 "GRAN_K": "constexpr", "BLOCK_N": "constexpr", "USE_UE8M0": "constexpr",
+                 "FAST_DIV": "constexpr"}
+    constexprs = {"GRAN_K": 128, "BLOCK_N": quant._PER_CHANNEL_BLOCK_N, "USE_UE8M0": use_ue8m0,
+                  "FAST_DIV": True}
     num_warps = quant._PER_CHANNEL_NUM_WARPS
     return quant._per_channel_cast_to_fp8_kernel, signature, constexprs, num_warps
 
@@ -62,8 +65,14 @@ def test_fp8_cast_kernel_compiles_to_a_cubin(name, x_type, variant, arch):
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
     ptx = compiled.asm["ptx"]
     assert f".target sm_{arch}a" in ptx
-    # Bitwise agreement with the reference needs correctly rounded divisions (div_rn), not the
-    # approximate div.full.f32 that a plain fp32 `/` lowers to.
-    assert "div.rn.f32" in ptx and "div.full.f32" not in ptx
+    # Bitwise agreement with the reference needs correctly rounded divisions: div_rn, not the
+    # approximate div.full.f32 that a plain fp32 `/` lowers to, or in the per-channel cast
+    # exact_math's FMA sequences (whose reciprocal starts from div.full and refines it; a UE8M0
+    # 1/sf is exact bit arithmetic, so that build has no division left).
+    if name == "per_channel":
+        assert "fma.rn.f32" in ptx and "div.rn.f32" not in ptx
+        assert ("div.full.f32" in ptx) == (not variant)
+    else:
+        assert "div.rn.f32" in ptx and "div.full.f32" not in ptx
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx

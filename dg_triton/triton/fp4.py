@@ -29,19 +29,23 @@ import torch
 import triton
 import triton.language as tl
 
+from dg_triton.triton.exact_math import div_rn_by_odd, fused_fma, max_keeping_nan
+
 __all__ = [
     "cast_back_from_fp4_triton",
     "per_token_cast_to_fp4_triton",
     "transpose_packed_fp4_triton",
 ]
 
-# Elements per program of the cast and the cast-back: 4096 fp32 values are 32 registers a thread
-# over 4 warps (the cast: one 32-column slot a thread, 62 registers on sm_90a; 8192, two slots,
-# is 0.5 SASS instructions an element fewer at 116 registers: block_m=32 tries it).
-_ELEMENTS_PER_PROGRAM = 4096
+# Elements per program of the cast: 8192, two 32-column slots a thread over 4 warps (71 registers
+# on sm_90a with exact_math's division; with div_rn's slow-path call 117, which is why 4096 used
+# to win), as 16 rows x 512 columns. On the H200 (probe_prologue-h200.txt) 16 x 512 reached 0.80
+# / 0.83 of a copy at 4096 / 16384 x 7168, 32 x 256 0.80 / 0.82, 64 x 256 0.78 / 0.83, and the
+# former 16 x 256 with div_rn and rows as the grid's fast axis 0.78 / 0.76.
+_ELEMENTS_PER_PROGRAM = 8192
 # The cast's column block spans at least this many columns and at least 4 K-groups, so that the
 # packed UE8M0 words (4 groups each) never straddle two programs.
-_CAST_MIN_BLOCK_N = 256
+_CAST_MIN_BLOCK_N = 512
 # Transpose tile: 256 input rows x 64 input bytes (128 codes) in, 128 output rows x 128 bytes
 # (whole 128-byte lines) out; 16 KiB over 4 warps, 56 registers (ptxas, sm_90a).
 _TRANSPOSE_BLOCK_ROWS = 256
@@ -98,13 +102,6 @@ def _e2m1_pairs(x, inv_sf, sign_words):
 
 
 @triton.jit
-def _max_keeping_nan(a, b):
-    """Max whose result is NaN if either operand is, on the GPU (max.NaN) as in the interpreter,
-    like torch.amax. One FMNMX per value, the abs folded into it as an operand modifier."""
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
 def _e2m1_values(codes):
     """E2M1 codes (int32, low 4 bits) -> fp32 {0, .5, 1, 1.5, 2, 3, 4, 6}, negated when bit 3 is
     set and the index is non-zero (code 8 is +0), as the reference does."""
@@ -127,9 +124,12 @@ def _per_token_cast_to_fp4_kernel(
     stride_sfm, stride_sfk,
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, BF16_WORDS: tl.constexpr,
+    FAST_DIV: tl.constexpr = False,
 ):
-    """Program (i, j): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N),
-    BLOCK_N a multiple of 4 * GRAN_K and of SLOT. Columns past n read as 0 (the reference's zero
+    """Program (j, i): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N),
+    BLOCK_N a multiple of 4 * GRAN_K and of SLOT; column blocks are the grid's fast axis, so the
+    programs in flight read neighbouring pieces of the same rows. FAST_DIV: the scale's division
+    by exact_math.div_rn_by_odd (same bits; False under the interpreter). Columns past n read as 0 (the reference's zero
     padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
     compiler (``n // 2`` in the kernel only tells it 8): the masks then allow 16-byte accesses.
 
@@ -159,8 +159,8 @@ def _per_token_cast_to_fp4_kernel(
     GROUPS_PER_SLOT: tl.constexpr = SLOT // GRAN_K
     SLOTS_PER_ROW: tl.constexpr = BLOCK_N // SLOT
     NUM_SLOTS: tl.constexpr = BLOCK_M * SLOTS_PER_ROW
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
     slot = tl.arange(0, NUM_SLOTS)
     rows = pid_m * BLOCK_M + slot // SLOTS_PER_ROW
     slot_cols = pid_n * BLOCK_N + (slot % SLOTS_PER_ROW) * SLOT
@@ -182,8 +182,11 @@ def _per_token_cast_to_fp4_kernel(
                                                   (NUM_SLOTS, SLOT // 2, 2)))
         words = (high_bits & -65536) | ((low_bits >> 16) & 0xFFFF)
     x_groups = tl.reshape(x, (NUM_SLOTS, GROUPS_PER_SLOT, GRAN_K))
-    amax = tl.reduce(tl.abs(x_groups), 2, _max_keeping_nan)
-    sf = tl.math.div_rn(tl.where(amax < 1e-4, 1e-4, amax), 6.0)
+    amax = tl.reduce(tl.abs(x_groups), 2, max_keeping_nan)
+    if FAST_DIV:
+        sf = div_rn_by_odd(tl.where(amax < 1e-4, 1e-4, amax), 3.0, 0.3333333333333333, 2.0)
+    else:
+        sf = tl.math.div_rn(tl.where(amax < 1e-4, 1e-4, amax), 6.0)
     if USE_UE8M0:
         sf_bits = sf.to(tl.int32, bitcast=True)
         exponent = ((sf_bits >> 23) & 0xFF) + ((sf_bits & 0x7FFFFF) != 0).to(tl.int32)
@@ -342,11 +345,12 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
                   and x.storage_offset() % 2 == 0)
     x_arg = x.view(torch.int32) if bf16_words else x
     if m > 0 and n > 0:
-        _per_token_cast_to_fp4_kernel[(_cdiv(m, block_m), _cdiv(n, block_n))](
+        _per_token_cast_to_fp4_kernel[(_cdiv(n, block_n), _cdiv(m, block_m))](
             x_arg, packed, sf_target, m, n, n // 2, num_groups, sf_columns,
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
-            PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words, num_warps=4)
+            PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
+            FAST_DIV=fused_fma(), num_warps=4)
     return packed, sf
 
 

@@ -6,14 +6,19 @@ Each kernel is one pass: load a group, take its fp32 amax, compute the scale exa
 bitwise equal to the reference because every step is the same IEEE fp32 operation:
 
 - all arithmetic in fp32 (loads are upcast; bf16 -> fp32 is exact);
-- ``sf = max(amax, 1e-4) / 448`` and ``1 / sf`` use ``div_rn``: Triton's ``/`` on fp32 lowers to
-  the approximate ``div.full.f32`` on NVIDIA, which is not correctly rounded;
+- ``sf = max(amax, 1e-4) / 448`` and ``1 / sf`` are correctly rounded: ``div_rn``, or in the
+  per-channel cast exact_math's FMA sequences (the same bits, checked for every fp32); Triton's
+  ``/`` on fp32 lowers to the approximate ``div.full.f32`` on NVIDIA, which is not; a UE8M0
+  ``1 / 2^e`` is exact bit arithmetic;
 - ``q = x * (1 / sf)`` (a multiply, as in the reference, not ``x / sf``), then an RTNE cast to
   e4m3. ``|x * (1/sf)|`` never exceeds 448 by more than an ulp, which rounds to 448 both in torch
   and in the saturating PTX cvt, so the two casts agree.
 
-NaN in a group: ``tl.max`` and ``torch.amax`` may disagree on NaN propagation; with NaN or Inf
-in the input, only "no hang, same shape" is promised here.
+NaN and Inf follow the reference: the amax keeps NaN (``exact_math.max_keeping_nan``, as
+``torch.amax``; ``tl.max`` would drop it), so a group holding a NaN has sf NaN and every code NaN;
+a group holding an Inf (and no NaN) has sf Inf, 1/sf 0, codes 0 and NaN for the Inf itself. One
+documented exception: under UE8M0 the Inf sf rounds to 2^127 and the Inf element becomes +-448
+by the saturating cvt, where torch before 2.13 casts inf to NaN (tests/test_quant_gpu.py).
 
 Launchers allocate their outputs, never read device values on the host (no sync) and launch one
 kernel each, so they can be captured in a CUDA graph. Arguments are validated by the public
@@ -22,6 +27,8 @@ wrappers in ``dg_triton.utils.math``; the launchers assume valid input.
 import torch
 import triton
 import triton.language as tl
+
+from dg_triton.triton.exact_math import div_rn_by_odd, fused_fma, max_keeping_nan, reciprocal_rn
 
 __all__ = [
     "per_token_cast_to_fp8_triton",
@@ -33,31 +40,42 @@ __all__ = [
 # warps, and 32 consecutive SF stores are coalesced in the TMA-aligned (MN-major) layout.
 _PER_TOKEN_BLOCK_M = 32
 # Per-channel tile: gran_k rows x 64 columns over 2 warps, each thread 8 rows of 16 columns
-# (sm_90a SASS: 10.5 instructions per element, 188 registers, 5 programs an SM). With 4 warps a
-# thread had 4 rows: 16.2 instructions per element, a third of them the scale divisions that each
-# thread holding a column repeats, which 8 rows halve per element. A wider tile on more warps
-# keeps 4 rows a thread, adds shared-memory reduction, and measured slower (128 x 128 on 8
-# warps: 0.64 of a copy on the H200, against 0.74).
+# (sm_90a SASS with the exact_math divisions: 9.9 instructions per element, 168 registers; with
+# div_rn 11.9 and 189). With 4 warps a thread has 4 rows and repeats its columns' divisions over
+# half the elements; 8 warps at 128 columns, 1 warp at 32 and a two-pass tile (the column amax
+# streamed in row slices, then the rows read again from L2) all measured slower on the H200
+# (benchmarks/NOTES.md, session 15).
 _PER_CHANNEL_BLOCK_N = 64
 _PER_CHANNEL_NUM_WARPS = 2
 
 
 @triton.jit
-def _scale_from_amax(amax, USE_UE8M0: tl.constexpr, KEEP_NAN: tl.constexpr = False):
+def _scale_from_amax(amax, USE_UE8M0: tl.constexpr, KEEP_NAN: tl.constexpr = False,
+                     FAST_DIV: tl.constexpr = False):
     """fp32 amax -> (sf, 1/sf), API.md 2.1; with USE_UE8M0 the sf is rounded up to 2^e.
-    KEEP_NAN: a NaN amax stays NaN through the 1e-4 floor, as torch.clamp keeps it (the default
-    tl.maximum returns the other operand); with UE8M0 a NaN or Inf sf becomes 2^127, as the
-    reference's ceil_to_ue8m0 does."""
+    FAST_DIV: the divisions by exact_math's FMA sequences (same bits; launchers pass
+    ``fused_fma()``, False under the interpreter). KEEP_NAN: a NaN amax stays NaN through the
+    1e-4 floor, as torch.clamp keeps it (the default tl.maximum returns the other operand); with
+    UE8M0 a NaN or Inf sf becomes 2^127, as the reference's ceil_to_ue8m0 does."""
     if KEEP_NAN:
         floored = tl.maximum(amax, 1e-4, propagate_nan=tl.PropagateNan.ALL)
     else:
         floored = tl.maximum(amax, 1e-4)
-    sf = tl.math.div_rn(floored, 448.0)
+    if FAST_DIV:
+        sf = div_rn_by_odd(floored, 7.0, 0.14285714285714285, 64.0)
+    else:
+        sf = tl.math.div_rn(floored, 448.0)
     if USE_UE8M0:
         bits = sf.to(tl.int32, bitcast=True)
         exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
         exponent = tl.minimum(tl.maximum(exponent, 1), 254)
         sf = (exponent << 23).to(tl.float32, bitcast=True)
+        # 1 / 2^(e - 127) is exact: biased exponent 254 - e, or for e = 254 the subnormal
+        # 2^-127 (the bits of div_rn(1, sf), without a division).
+        inverse_bits = tl.where(exponent < 254, (254 - exponent) << 23, 0x00400000)
+        return sf, inverse_bits.to(tl.float32, bitcast=True)
+    if FAST_DIV:
+        return sf, reciprocal_rn(sf)
     return sf, tl.math.div_rn(1.0, sf)
 
 
@@ -87,7 +105,7 @@ def _per_token_cast_to_fp8_kernel(
 
     x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask,
                 other=0.0).to(tl.float32)
-    sf, inv_sf = _scale_from_amax(tl.max(tl.abs(x), axis=1), USE_UE8M0)
+    sf, inv_sf = _scale_from_amax(tl.reduce(tl.abs(x), 1, max_keeping_nan), USE_UE8M0, KEEP_NAN=True)
     q = (x * inv_sf[:, None]).to(tl.float8e4nv)
     tl.store(q_ptr + rows64[:, None] * n + cols[None, :], q, mask=mask)
 
@@ -116,8 +134,8 @@ def _per_block_cast_to_fp8_kernel(
 
     x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask,
                 other=0.0).to(tl.float32)
-    amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-    sf, inv_sf = _scale_from_amax(amax, USE_UE8M0)
+    amax = tl.reduce(tl.reduce(tl.abs(x), 1, max_keeping_nan), 0, max_keeping_nan)
+    sf, inv_sf = _scale_from_amax(amax, USE_UE8M0, KEEP_NAN=True)
     tl.store(q_ptr + rows[:, None] * n + cols[None, :], (x * inv_sf).to(tl.float8e4nv), mask=mask)
     tl.store(sf_ptr + pid_m * num_col_blocks + pid_n, sf)
 
@@ -128,19 +146,24 @@ def _per_channel_cast_to_fp8_kernel(
     n,
     stride_xm, stride_xn,
     GRAN_K: tl.constexpr, BLOCK_N: tl.constexpr, USE_UE8M0: tl.constexpr,
+    FAST_DIV: tl.constexpr = False,
 ):
-    """Program (g, j): rows [g*GRAN_K, (g+1)*GRAN_K) (m % GRAN_K == 0), BLOCK_N columns.
+    """Program (j, g): rows [g*GRAN_K, (g+1)*GRAN_K) (m % GRAN_K == 0), BLOCK_N columns.
 
     A thread's share of the tile (Triton's coalesced layout: 16 contiguous columns, the fp8
     store's 16 bytes, by GRAN_K / (rows of threads) rows) decides the cost: the column amax is
     in-thread down its rows, then shuffles and one shared-memory round across warps, and every
-    thread holding a column repeats that column's two correctly rounded divisions. With the
-    launcher's 2 warps a thread holds 8 rows of 16 columns, so those divisions and the shuffles
-    are spread over twice the elements of a 4-warp (4-row) tile, the one that was measured at
-    0.74 of a copy.
+    thread holding a column repeats that column's two correctly rounded divisions (FAST_DIV: the
+    FMA-based ones of exact_math, same bits). With the launcher's 2 warps a thread holds 8 rows
+    of 16 columns, so those divisions and the shuffles are spread over twice the elements of a
+    4-warp (4-row) tile.
+
+    Column blocks are the grid's fast axis: the programs in flight read neighbouring 128-byte
+    pieces of the same rows (whole DRAM pages) rather than one piece of rows 128 apart (0.75 ->
+    0.80 of a copy's bandwidth at 16384 x 7168 with div_rn, 0.87 -> 0.97 with the FMA divisions).
     """
-    group = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_n = tl.program_id(0)
+    group = tl.program_id(1)
     rows = (group * GRAN_K + tl.arange(0, GRAN_K)).to(tl.int64)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n
@@ -148,7 +171,8 @@ def _per_channel_cast_to_fp8_kernel(
 
     x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask,
                 other=0.0).to(tl.float32)
-    sf, inv_sf = _scale_from_amax(tl.max(tl.abs(x), axis=0), USE_UE8M0)
+    sf, inv_sf = _scale_from_amax(tl.reduce(tl.abs(x), 0, max_keeping_nan), USE_UE8M0, KEEP_NAN=True,
+                                  FAST_DIV=FAST_DIV)
     tl.store(q_ptr + rows[:, None] * n + cols[None, :], (x * inv_sf[None, :]).to(tl.float8e4nv),
              mask=mask)
     tl.store(sf_ptr + group * n + cols, sf, mask=col_ok)
@@ -214,7 +238,8 @@ def per_channel_cast_to_fp8_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int
     q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=x.device)
     sf = torch.empty((num_groups, n), dtype=torch.float32, device=x.device)
     if num_groups > 0 and n > 0:
-        _per_channel_cast_to_fp8_kernel[(num_groups, _cdiv(n, block_n))](
+        _per_channel_cast_to_fp8_kernel[(_cdiv(n, block_n), num_groups)](
             x, q, sf, n, x.stride(0), x.stride(1),
-            GRAN_K=gran_k, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0), num_warps=num_warps)
+            GRAN_K=gran_k, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0), FAST_DIV=fused_fma(),
+            num_warps=num_warps)
     return q, sf
