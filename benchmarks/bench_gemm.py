@@ -364,6 +364,8 @@ def fp8_sweep(m, n, k, kind, a, b, ref):
     for config in fp8_sweep_configs(m, n, k, kind, d.element_size()):
         run = functools.partial(sm90_fp8_gemm.run, "sweep", a_q, sfa, b_q, sfb, d,  # noqa: E731
                                 problem, False, "", config)
+        # Printed before the config runs, so a log cut off by a time limit names the last one.
+        print(f"    sweep {kind} {m}x{n}x{k} trying {config}", flush=True)
         try:
             check(run, d, ref, threshold=1e-3)
         except (AssertionError, RuntimeError, ValueError) as error:

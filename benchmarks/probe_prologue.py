@@ -1,7 +1,9 @@
-"""Probe: launch variants of the prologue kernels still under 0.8 of a copy (FP4 per-token cast rows
-per program, per-channel FP8 cast tile and warps) at the bench_prologue sizes, each checked
-bitwise against the library's default launch and timed beside a copy of the same bytes in the
-same run (the copy as bench_prologue times it). Prints one table; NOTES.md keeps the conclusions.
+"""Probe: launch variants of the FP4 and per-channel casts (issue 3) at the bench_prologue sizes,
+each checked bitwise against the library's default launch (on random data and on data with NaN
+and Inf planted) and timed beside a copy of the same bytes in the same run
+(the copy as bench_prologue times it). First, the division helpers of
+dg_triton.triton.exact_math are checked against div_rn for every positive fp32 bit pattern.
+Prints one table; NOTES.md keeps the conclusions.
 
     python benchmarks/probe_prologue.py
 """
@@ -10,18 +12,47 @@ import sys
 from pathlib import Path
 
 import torch
+import triton
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import probe_prologue_kernels as variants  # noqa: E402
 from dg_triton import testing  # noqa: E402
 from dg_triton.triton.fp4 import per_token_cast_to_fp4_triton  # noqa: E402
 from dg_triton.triton.quant import per_channel_cast_to_fp8_triton  # noqa: E402
 
 SHAPES = ((4096, 7168), (16384, 7168))
-FP4_VARIANTS = ({}, {"block_m": 32}, {"block_m": 8})
-PER_CHANNEL_VARIANTS = ({}, {"block_n": 128, "num_warps": 4}, {"block_n": 64, "num_warps": 4},
-                        {"block_n": 32, "num_warps": 2})
+# Overrides of the launchers' tiles (the defaults are the winners of the 2026-12-02 runs, which
+# also tried the grid's axis order and div_rn against exact_math's divisions: NOTES.md session 15).
+FP4_VARIANTS = ({}, {"block_m": 32, "block_n": 256}, {"block_m": 64, "block_n": 256}, {"block_m": 16, "block_n": 256})
+PER_CHANNEL = ({}, {"block_n": 64, "num_warps": 4}, {"block_n": 128, "num_warps": 4})
+# per-channel in two passes: (block_n, num_warps, rows per slice)
+TWO_PASS = ((64, 2, 64), (64, 2, 32))
+
+
+def check_divisions(lines):
+    """Every fp32 in [2^-100, 2^120) (the casts' domain: amax >= 1e-4, sf <= 3.4e38 / 448), then
+    [2^120, +Inf] for information (1 / x is subnormal above 2^126)."""
+    names = ("div_rn_by_odd(a, 7, 64) vs div_rn(a, 448)", "div_rn_by_odd(a, 3, 2) vs div_rn(a, 6)",
+             "reciprocal_rn(a) vs div_rn(1, a)")
+    results = []
+    for label, start, stop in (("[2^-100, 2^120)", 0x0D800000, 0x7B800000), ("[2^120, +Inf]", 0x7B800000, 0x7F800001)):
+        counts = torch.zeros(3, dtype=torch.int32, device="cuda")
+        first = torch.full((3,), 2**31 - 1, dtype=torch.int32, device="cuda")
+        block, chunk = 1024, 1 << 30
+        for begin in range(start, stop, chunk):
+            count = min(chunk, stop - begin)
+            variants.division_mismatch_kernel[(triton.cdiv(count, block),)](counts, first, begin, count,
+                                                                             BLOCK=block)
+        torch.cuda.synchronize()
+        for name, c, f in zip(names, counts.tolist(), first.tolist()):
+            lines.append(f"exhaustive {name} over {label} ({stop - start} values): {c} mismatches"
+                         + (f", first at bits 0x{f:08x}" if c else ""))
+            print(lines[-1], flush=True)
+        results.append(counts.tolist())
+    return results
 
 
 def copy_us(num_bytes: int) -> float:
@@ -35,28 +66,66 @@ def nbytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def probe(name, fn, variants, x, lines):
-    reference = fn(x)
+def with_specials(x):
+    """A copy of x with NaN, +-Inf and a zero column planted in a few places."""
+    y = x.clone()
+    y[3, 5] = float("nan")
+    y[200, 77] = float("inf")
+    y[1000, 1000] = -float("inf")
+    y[:, 300] = 0
+    return y
+
+
+def probe(name, fn, variant_list, x, lines, specials=True):
+    reference = fn(x, {})
+    special_input = with_specials(x) if specials else None
+    special_reference = fn(special_input, {}) if specials else None
     moved = nbytes(x, *reference)
     copy = copy_us(moved)
-    for kwargs in variants:
-        run = functools.partial(fn, x, **kwargs)
-        for ours, ref in zip(run(), reference):
-            testing.assert_bitwise_equal(ours.contiguous(), ref.contiguous(), f"{name} {kwargs}")
+    for kwargs in variant_list:
+        run = functools.partial(fn, x, kwargs)
+        try:
+            for ours, ref in zip(run(), reference):
+                testing.assert_bitwise_equal(ours.contiguous(), ref.contiguous(), f"{name} {kwargs}")
+            if specials:
+                for ours, ref in zip(fn(special_input, kwargs), special_reference):
+                    testing.assert_bitwise_equal(ours.contiguous(), ref.contiguous(), f"{name} {kwargs} specials")
+        except AssertionError as error:
+            lines.append(f"| {name} | {'x'.join(map(str, x.shape))} | {kwargs or 'default'} | FAILED {error} | | |")
+            print(lines[-1], flush=True)
+            continue
         us = testing.bench_graph(run)
-        lines.append(f"| {name} | {x.shape[0]}x{x.shape[1]} | {kwargs or 'default'} | {us:.1f} | "
+        lines.append(f"| {name} | {'x'.join(map(str, x.shape))} | {kwargs or 'default'} | {us:.1f} | "
                      f"{copy:.1f} | {copy / us:.2f} |")
         print(lines[-1], flush=True)
 
 
+def per_channel(x, kwargs):
+    if "chunk" not in kwargs:
+        return per_channel_cast_to_fp8_triton(x, False, **kwargs)
+    m, n = x.shape
+    q = torch.empty((m, n), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = torch.empty((m // 128, n), dtype=torch.float32, device=x.device)
+    variants.per_channel_two_pass_kernel[(triton.cdiv(n, kwargs["block_n"]), m // 128)](
+        x, q, sf, n, x.stride(0), x.stride(1), GRAN_K=128, BLOCK_N=kwargs["block_n"],
+        CHUNK=kwargs["chunk"], FAST_DIV=True, num_warps=kwargs["num_warps"])
+    return q, sf
+
+
+def fp4(x, kwargs):
+    return per_token_cast_to_fp4_triton(x, True, 32, True, **kwargs)
+
+
 def main():
-    lines = ["| kernel | shape | variant | us | copy us | vs copy |", "|---|---|---|---|---|---|"]
+    lines = []
+    check_divisions(lines)
+    lines += ["", "| kernel | shape | variant | us | copy us | vs copy |", "|---|---|---|---|---|---|"]
+    two_pass = [{"block_n": bn, "num_warps": w, "chunk": ch} for bn, w, ch in TWO_PASS]
     for m, k in SHAPES:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-        probe("per_token_cast_to_fp4", lambda x, **kw: per_token_cast_to_fp4_triton(x, True, 32, True, **kw),
-              FP4_VARIANTS, x, lines)
-        probe("per_channel_cast_to_fp8", lambda x, **kw: per_channel_cast_to_fp8_triton(x, False, **kw),
-              PER_CHANNEL_VARIANTS, x, lines)
+        probe("per_token_cast_to_fp4", fp4, FP4_VARIANTS, x, lines)
+        probe("per_channel_cast_to_fp8", per_channel, list(PER_CHANNEL) + two_pass, x, lines)
+        del x
     print("\n".join(lines))
 
 
