@@ -44,14 +44,15 @@ def _cast_signature(x_type, packed):
             "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
             "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr", "BF16_WORDS": "constexpr",
-            "FAST_DIV": "constexpr"}
+            "FAST_DIV": "constexpr", "FLAT_GRID": "constexpr"}
 
 
 def _cast_constexprs(gran_k, packed, bf16_words, fast_div=True):
-    """As a GPU launch has them (FAST_DIV: the exact_math division; False under the interpreter)."""
+    """As a GPU launch has them (FAST_DIV: the exact_math division; False under the interpreter;
+    the flat grid only above 65535 row blocks)."""
     block_m, block_n = fp4._cast_tile(gran_k)
     return {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
-            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words, "FAST_DIV": fast_div}
+            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words, "FAST_DIV": fast_div, "FLAT_GRID": False}
 
 
 # (x pointer type, BF16_WORDS, packed UE8M0): contiguous bf16 goes in as int32 words.

@@ -46,6 +46,8 @@ _ELEMENTS_PER_PROGRAM = 8192
 # The cast's column block spans at least this many columns and at least 4 K-groups, so that the
 # packed UE8M0 words (4 groups each) never straddle two programs.
 _CAST_MIN_BLOCK_N = 512
+# CUDA's limit on a grid's second axis.
+_MAX_GRID_Y = 65535
 # Transpose tile: 256 input rows x 64 input bytes (128 codes) in, 128 output rows x 128 bytes
 # (whole 128-byte lines) out; 16 KiB over 4 warps, 56 registers (ptxas, sm_90a).
 _TRANSPOSE_BLOCK_ROWS = 256
@@ -124,13 +126,15 @@ def _per_token_cast_to_fp4_kernel(
     stride_sfm, stride_sfk,
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, BF16_WORDS: tl.constexpr,
-    FAST_DIV: tl.constexpr = False,
+    FAST_DIV: tl.constexpr = False, FLAT_GRID: tl.constexpr = False,
 ):
-    """Program (j, i): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N),
-    BLOCK_N a multiple of 4 * GRAN_K and of SLOT; column blocks are the grid's fast axis, so the
-    programs in flight read neighbouring pieces of the same rows. FAST_DIV: the scale's division
-    by exact_math.div_rn_by_odd (same bits; False under the interpreter). Columns past n read as 0 (the reference's zero
-    padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
+    """Program (j, i), or with FLAT_GRID i * ceil(n / BLOCK_N) + j (for more than 65535 row
+    blocks, a 2-D grid's limit on its second axis; measured 4 % slower at 16384 x 7168, so not the
+    default): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N), BLOCK_N a
+    multiple of 4 * GRAN_K and of SLOT. Column blocks are the fast axis, so the programs in flight
+    read neighbouring pieces of the same rows. FAST_DIV:
+    the scale's division by exact_math.div_rn_by_odd (same bits; False under the interpreter).
+    Columns past n read as 0 (the reference's zero padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
     compiler (``n // 2`` in the kernel only tells it 8): the masks then allow 16-byte accesses.
 
     The tile is [slot, SLOT / 2] words in and [slot, SLOT / 2] bytes out, a slot being SLOT =
@@ -159,8 +163,13 @@ def _per_token_cast_to_fp4_kernel(
     GROUPS_PER_SLOT: tl.constexpr = SLOT // GRAN_K
     SLOTS_PER_ROW: tl.constexpr = BLOCK_N // SLOT
     NUM_SLOTS: tl.constexpr = BLOCK_M * SLOTS_PER_ROW
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    if FLAT_GRID:
+        num_col_blocks = tl.cdiv(n, BLOCK_N)
+        pid_n = tl.program_id(0) % num_col_blocks
+        pid_m = tl.program_id(0) // num_col_blocks
+    else:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
     slot = tl.arange(0, NUM_SLOTS)
     rows = pid_m * BLOCK_M + slot // SLOTS_PER_ROW
     slot_cols = pid_n * BLOCK_N + (slot % SLOTS_PER_ROW) * SLOT
@@ -345,12 +354,14 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
                   and x.storage_offset() % 2 == 0)
     x_arg = x.view(torch.int32) if bf16_words else x
     if m > 0 and n > 0:
-        _per_token_cast_to_fp4_kernel[(_cdiv(n, block_n), _cdiv(m, block_m))](
+        col_blocks, row_blocks = _cdiv(n, block_n), _cdiv(m, block_m)
+        flat = row_blocks > _MAX_GRID_Y
+        _per_token_cast_to_fp4_kernel[(col_blocks * row_blocks,) if flat else (col_blocks, row_blocks)](
             x_arg, packed, sf_target, m, n, n // 2, num_groups, sf_columns,
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
             PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
-            FAST_DIV=fused_fma(), num_warps=4)
+            FAST_DIV=fused_fma(), FLAT_GRID=flat, num_warps=4)
     return packed, sf
 
 
