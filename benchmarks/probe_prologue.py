@@ -35,7 +35,7 @@ TWO_PASS = ((64, 2, 64), (64, 2, 32))
 def check_divisions(lines):
     """Every fp32 in [2^-100, 2^120) (the casts' domain: amax >= 1e-4, sf <= 3.4e38 / 448), then
     [2^120, +Inf] for information (1 / x is subnormal above 2^126)."""
-    names = ("div_rn_by_odd(a, 7, 64) vs div_rn(a, 448)", "div_rn_by_odd(a, 3, 2) vs div_rn(a, 6)",
+    names = ("div_rn_by_448(a) vs div_rn(a, 448)", "div_rn_by_6(a) vs div_rn(a, 6)",
              "reciprocal_rn(a) vs div_rn(1, a)")
     results = []
     for label, start, stop in (("[2^-100, 2^120)", 0x0D800000, 0x7B800000), ("[2^120, +Inf]", 0x7B800000, 0x7F800001)):
@@ -108,7 +108,7 @@ def per_channel(x, kwargs):
     sf = torch.empty((m // 128, n), dtype=torch.float32, device=x.device)
     variants.per_channel_two_pass_kernel[(triton.cdiv(n, kwargs["block_n"]), m // 128)](
         x, q, sf, n, x.stride(0), x.stride(1), GRAN_K=128, BLOCK_N=kwargs["block_n"],
-        CHUNK=kwargs["chunk"], FAST_DIV=True, num_warps=kwargs["num_warps"])
+        CHUNK=kwargs["chunk"], num_warps=kwargs["num_warps"])
     return q, sf
 
 

@@ -46,6 +46,18 @@ def div_rn_by_odd(a, B: tl.constexpr, RECIP_B: tl.constexpr, POW2: tl.constexpr)
 
 
 @triton.jit
+def div_rn_by_448(a):
+    """RN(a / 448), the FP8 E4M3 scale's division (448 = 7 * 2^6)."""
+    return div_rn_by_odd(a, 7.0, 0.14285714285714285, 64.0)
+
+
+@triton.jit
+def div_rn_by_6(a):
+    """RN(a / 6), the FP4 E2M1 scale's division (6 = 3 * 2)."""
+    return div_rn_by_odd(a, 3.0, 0.3333333333333333, 2.0)
+
+
+@triton.jit
 def reciprocal_rn(x):
     """RN(1 / x) for x in [2^-100, 1.3e38], +Inf -> 0, NaN -> NaN."""
     y = 1.0 / x

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dg_triton.triton.exact_math import div_rn_by_odd, fused_fma, max_keeping_nan
+from dg_triton.triton.exact_math import div_rn_by_6, fused_fma, max_keeping_nan
 
 __all__ = [
     "cast_back_from_fp4_triton",
@@ -133,7 +133,7 @@ def _per_token_cast_to_fp4_kernel(
     default): rows [i*BLOCK_M, (i+1)*BLOCK_M), columns [j*BLOCK_N, (j+1)*BLOCK_N), BLOCK_N a
     multiple of 4 * GRAN_K and of SLOT. Column blocks are the fast axis, so the programs in flight
     read neighbouring pieces of the same rows. FAST_DIV:
-    the scale's division by exact_math.div_rn_by_odd (same bits; False under the interpreter).
+    the scale's division by exact_math.div_rn_by_6 (same bits; False under the interpreter).
     Columns past n read as 0 (the reference's zero padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
     compiler (``n // 2`` in the kernel only tells it 8): the masks then allow 16-byte accesses.
 
@@ -193,7 +193,7 @@ def _per_token_cast_to_fp4_kernel(
     x_groups = tl.reshape(x, (NUM_SLOTS, GROUPS_PER_SLOT, GRAN_K))
     amax = tl.reduce(tl.abs(x_groups), 2, max_keeping_nan)
     if FAST_DIV:
-        sf = div_rn_by_odd(tl.where(amax < 1e-4, 1e-4, amax), 3.0, 0.3333333333333333, 2.0)
+        sf = div_rn_by_6(tl.where(amax < 1e-4, 1e-4, amax))
     else:
         sf = tl.math.div_rn(tl.where(amax < 1e-4, 1e-4, amax), 6.0)
     if USE_UE8M0:
