@@ -41,8 +41,8 @@ __all__ = [
 _PER_TOKEN_BLOCK_M = 32
 # Per-channel tile: gran_k rows x 64 columns over 2 warps, each thread 8 rows of 16 columns
 # (sm_90a SASS with the exact_math divisions and the 1-D grid: 9.6 instructions per element, 183
-# registers; on the 2-D grid with div_rn 11.9 and 189). With 4 warps a thread has 4 rows and repeats its columns' divisions over
-# half the elements; 8 warps at 128 columns, 1 warp at 32 and a two-pass tile (the column amax
+# registers; on the 2-D grid with div_rn 11.9 and 189). With 4 warps a thread has 4 rows and
+# repeats its columns' divisions over half the elements; 8 warps at 128 columns, 1 warp at 32 and a two-pass tile (the column amax
 # streamed in row slices, then the rows read again from L2) all measured slower on the H200
 # (benchmarks/NOTES.md, session 15).
 _PER_CHANNEL_BLOCK_N = 64
