@@ -13,7 +13,7 @@ def test_specs_with_the_same_source_share_one_loaded_kernel(monkeypatch):
     class FakeCompiled:
         cubin = b"\x7fELF"
 
-    def fake_compile(name, source, arch):
+    def fake_compile(name, source, arch, ffma_yield=None):
         compiled.append(source)
         return FakeCompiled()
 

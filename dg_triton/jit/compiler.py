@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dg_triton.env import env_flag, get_env
-from dg_triton.jit import cache
+from dg_triton.jit import cache, sass_yield
 from dg_triton.paths import cuda_kernels_dir
 
 SUPPORTED_ARCHS = ("sm_90a", "sm_100a")
@@ -363,17 +363,23 @@ def _dumps() -> tuple[bool, bool]:
     return both or env_flag("DG_JIT_DUMP_PTX"), both or env_flag("DG_JIT_DUMP_SASS")
 
 
-def cache_key(name: str, source: str, arch: str) -> str:
+def cache_key(name: str, source: str, arch: str, ffma_yield: str | None = None) -> str:
     dump_ptx, dump_sass = _dumps()
     parts = [name, source, header_digest(source), " ".join(common_flags(arch)),
              compiler_signature(), arch, f"ptx={dump_ptx},sass={dump_sass}"]
+    if ffma_yield is not None:
+        parts.append(f"ffma_yield={ffma_yield}")
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 
-def compile_kernel(name: str, source: str, arch: str = "sm_90a") -> CompiledKernel:
-    """The cubin for `source`, from the disk cache or freshly compiled into it."""
+def compile_kernel(name: str, source: str, arch: str = "sm_90a",
+                   ffma_yield: str | None = None) -> CompiledKernel:
+    """The cubin for `source`, from the disk cache or freshly compiled into it.
+
+    ffma_yield: a sass_yield policy applied to the compiled cubin before it is cached (None: the
+    cubin as the compiler wrote it)."""
     flags = common_flags(arch)
-    key = cache_key(name, source, arch)
+    key = cache_key(name, source, arch, ffma_yield)
     dump_ptx, dump_sass = _dumps()
     compiled_now = []
 
@@ -382,6 +388,8 @@ def compile_kernel(name: str, source: str, arch: str = "sm_90a") -> CompiledKern
         compile_fn = _compile_nvcc if use_nvcc() else _compile_nvrtc
         cubin, log, ptx, command = compile_fn(name, source, arch, flags, dump_ptx)
         check_resources(name, log, cubin)
+        if ffma_yield is not None:
+            cubin = sass_yield.set_ffma_yield(cubin, ffma_yield)
         (directory / "kernel.cu").write_text(source)
         (directory / "kernel.cubin").write_bytes(cubin)
         (directory / "ptxas.log").write_text(log)

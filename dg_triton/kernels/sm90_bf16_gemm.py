@@ -94,10 +94,11 @@ def _load(spec: Bf16GemmKernelSpec, device_index: int) -> Kernel:
 
 
 @functools.lru_cache(maxsize=None)
-def _load_source(name: str, source: str, device_index: int, symbol: str = KERNEL_SYMBOL) -> Kernel:
+def _load_source(name: str, source: str, device_index: int, symbol: str = KERNEL_SYMBOL,
+                 ffma_yield: str | None = None) -> Kernel:
     """The compiled and loaded kernel `symbol` of `source`, once per process and device (the FP8
-    GEMM's host side loads through here too)."""
-    compiled = compiler.compile_kernel(name, source, "sm_90a")
+    GEMM's host side loads through here too; ffma_yield: compiler.compile_kernel's)."""
+    compiled = compiler.compile_kernel(name, source, "sm_90a", ffma_yield)
     return Kernel(compiled.cubin, symbol, device_index, name=name)
 
 

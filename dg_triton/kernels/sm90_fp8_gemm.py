@@ -16,7 +16,7 @@ from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.errors import reject
 from dg_triton.heuristics.sm90 import Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory
-from dg_triton.jit import compiler, tma
+from dg_triton.jit import compiler, sass_yield, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
                                               _output_params, split_k_arguments)
@@ -70,6 +70,14 @@ class Fp8GemmKernelSpec:
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property
+    def ffma_yield(self) -> str | None:
+        """The sass_yield policy of a probe build (DG_PROBE_FFMA_YIELD_<POLICY>), else None."""
+        for policy in sass_yield.POLICIES:
+            if f"DG_PROBE_FFMA_YIELD_{policy.upper()}" in self.probe_defines:
+                return policy
+        return None
+
+    @property
     def split_k(self) -> bool:
         return self.config.num_splits > 1
 
@@ -113,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
 
 def compile_spec(spec: Fp8GemmKernelSpec, arch: str = "sm_90a") -> compiler.CompiledKernel:
-    return compiler.compile_kernel(spec.name, spec.source(), arch)
+    return compiler.compile_kernel(spec.name, spec.source(), arch, spec.ffma_yield)
 
 
 def _operand_params(rows: int, k: int, row_stride: int, block_rows: int,
@@ -168,7 +176,8 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
     spec = Fp8GemmKernelSpec(config, problem.kind == "1d1d", d.dtype, accumulate,
                              *_compiled_dims(m, n, k, compiled_dims), probe_defines)
     print_config_once(function, (m, n, k), d.device, spec)
-    kernel: Kernel = _load_source(spec.name, spec.source(), device_index, KERNEL_SYMBOL)
+    kernel: Kernel = _load_source(spec.name, spec.source(), device_index, KERNEL_SYMBOL,
+                                  spec.ffma_yield)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         cluster=config.cluster_size, pdl=settings._pdl)

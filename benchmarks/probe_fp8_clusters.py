@@ -1,0 +1,92 @@
+"""Probe: do 2-CTA multicast clusters pay for the FP8 GEMM at decode / small-prefill M?
+
+At M <= 128 each CTA streams its whole K range of A and B from L2 (a 64x64 tile at K=7168 reads
+918 KB), so the per-SM L2 -> SM rate may be what limits these shapes. A cluster of two CTAs on
+tiles that share an operand loads it once for both (TMA multicast): along M (two 64-row tiles of
+one block-column share B) or along N (two block-columns share A). The sweep has never tried
+clusters below M=4096. For each shape: the config the heuristics pick now, and that tile with
+each legal cluster, checked against the reference, then timed in alternation (three rounds).
+
+    python benchmarks/probe_fp8_clusters.py [--shapes 128x4096x7168,...]
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import dg_triton  # noqa: E402
+from dg_triton import testing  # noqa: E402
+from dg_triton.heuristics.sm90 import choose_fp8_gemm_config, make_fp8_config  # noqa: E402
+from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
+
+SHAPES = [(128, 4096, 7168), (128, 2112, 7168), (128, 7168, 2048), (128, 24576, 1536),
+          (64, 4096, 7168), (64, 2112, 7168), (64, 7168, 2048), (64, 24576, 1536)]
+
+
+def candidates(m, n, k):
+    """The heuristic pick, then its tile and split with each legal 2-CTA cluster."""
+    chosen = choose_fp8_gemm_config(m, n, k, 2, 132)
+    configs = [chosen]
+    for cluster_m, cluster_n in ((2, 1), (1, 2)):
+        for splits in sorted({chosen.num_splits, 1}):
+            config = make_fp8_config("1d2d", m, n, chosen.block_m, chosen.block_n, splits, k, 2, 132,
+                                     cluster_n, cluster_m)
+            if config is not None and config.num_splits == splits and config not in configs:
+                configs.append(config)
+    return configs
+
+
+def name(config):
+    return (f"{config.block_m}x{config.block_n} k{config.num_splits} "
+            f"c{config.cluster_m}x{config.cluster_n}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    args = parser.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    lines = ["| shape | config | us | vs heuristic pick |", "|---|---|---|---|"]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
+        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
+        ref = a.float() @ b.float().T
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
+        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+        runs, names = [], []
+        for config in candidates(m, n, k):
+            run = (lambda config=config: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem,
+                                                           False, "", config))
+            d.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            diff = float(testing.calc_diff(d.float(), ref))
+            if not (torch.isfinite(d).all() and diff < 1e-3):
+                # Reported, not timed: a wrong config must show in the table, not stop the probe.
+                lines.append(f"| {m}x{n}x{k} | {name(config)} | FAILED (calc_diff {diff:.3g}, "
+                             f"finite {bool(torch.isfinite(d).all())}) | - |")
+                print(lines[-1], flush=True)
+                continue
+            runs.append(run)
+            names.append(name(config))
+        times = [[] for _ in runs]
+        for _ in range(3):
+            for i, run in enumerate(runs):
+                times[i].append(testing.bench_graph(run, warmup_ms=5, rep_ms=30))
+        medians = [statistics.median(t) for t in times]
+        for config_name, us in zip(names, medians):
+            lines.append(f"| {m}x{n}x{k} | {config_name} | {us:.1f} | {medians[0] / us:.3f} |")
+            print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
