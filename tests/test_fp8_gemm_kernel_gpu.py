@@ -132,6 +132,37 @@ def test_fp8_kernel_early_c_load_probe_equals_the_default_build(block_n, k):
     assert calc_diff(outputs[1].float(), a.float() @ b.float().T + c) < THRESHOLD
 
 
+@pytest.mark.parametrize("kind,block_n,num_splits", [("1d1d", 128, 1), ("1d1d", 112, 1), ("1d1d", 64, 3),
+                                                     ("1d2d", 128, 1), ("1d2d", 192, 1)])
+def test_fp8_kernel_ffma_yield_builds_equal_the_ptxas_build(kind, block_n, num_splits):
+    """The FFMA yield pass (dg_triton/jit/sass_yield.py; 1D1D binaries get "front" by default)
+    rewrites scheduling hints only: every policy's output must equal the unpatched build's bit
+    for bit, on a problem with more tiles than SMs, accumulation (1D1D) and split-K."""
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.jit import sass_yield
+    from dg_triton.testing import calc_diff
+
+    m, n, k = 2000, 2500, 1040
+    accumulate = kind == "1d1d"
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, kind)
+    out_dtype = torch.float32 if accumulate else torch.bfloat16
+    c = torch.randn(m, n, device="cuda").mul_(k ** 0.5) if accumulate else None
+    block_m = 128 if num_splits == 1 else 64
+    config = make_fp8_config(kind, m, n, block_m, block_n, num_splits, k, out_dtype.itemsize, 132)
+    assert config is not None
+    outputs = []
+    for policy in ("ptxas",) + sass_yield.POLICIES:
+        d = c.clone() if accumulate else torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, config,
+             probe_defines=(f"DG_PROBE_FFMA_YIELD_{policy.upper()}",))
+        outputs.append(d)
+    for policy, d in zip(sass_yield.POLICIES, outputs[1:]):
+        assert torch.equal(d, outputs[0]), f"policy {policy} changed the result"
+    expected = dequant_ref + (c if accumulate else 0)
+    assert torch.isfinite(outputs[0]).all() and calc_diff(outputs[0].float(), expected) < THRESHOLD
+
+
 # (kind, block_m, block_n, num_splits): split-K reduces K-slices through the FP32 workspace.
 SPLIT_K = [("1d2d", 64, 64, 4), ("1d2d", 64, 16, 9), ("1d2d", 128, 144, 3), ("1d1d", 64, 128, 2),
            ("1d1d", 128, 80, 5)]

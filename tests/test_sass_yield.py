@@ -79,3 +79,17 @@ def test_the_pass_rejects_what_it_cannot_patch():
         sass_yield.set_ffma_yield(b"\x7fELF" + bytes(60), "sometimes")
     with pytest.raises(ValueError, match="ELF"):
         sass_yield.text_sections(b"not a cubin")
+
+
+def test_1d1d_binaries_take_the_front_policy_by_default_and_1d2d_keep_ptxas_hints(jit_cache_dir, monkeypatch):  # noqa: F811
+    config = make_fp8_config("1d1d", 4096, 4096, 128, 128, 1, 7168, 4, 132)
+    wgrad = Fp8GemmKernelSpec(config, True, torch.float32, True)
+    assert wgrad.ffma_yield == "front" and _spec().ffma_yield is None
+    assert Fp8GemmKernelSpec(config, True, torch.float32, True,
+                             probe_defines=("DG_PROBE_FFMA_YIELD_PTXAS",)).ffma_yield is None
+    patched = sm90_fp8_gemm.compile_spec(wgrad)
+    fmas = _run_fmas(patched.cubin)
+    # "front": the first half of every run yields, ptxas's every other FFMA in the second half.
+    assert sum(sass_yield.yields(patched.cubin, p) for p in fmas) / len(fmas) > 0.7
+    monkeypatch.setenv("DG_JIT_DISABLE_FFMA_INTERLEAVE", "1")
+    assert wgrad.ffma_yield is None

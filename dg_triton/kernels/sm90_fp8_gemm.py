@@ -14,6 +14,7 @@ import torch
 
 from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
+from dg_triton.env import env_flag
 from dg_triton.errors import reject
 from dg_triton.heuristics.sm90 import Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory
 from dg_triton.jit import compiler, sass_yield, tma
@@ -71,10 +72,21 @@ class Fp8GemmKernelSpec:
 
     @property
     def ffma_yield(self) -> str | None:
-        """The sass_yield policy of a probe build (DG_PROBE_FFMA_YIELD_<POLICY>), else None."""
+        """The sass_yield policy applied to the compiled binary (None: ptxas's own hints).
+
+        1D1D: "front". Its promotion (an FMUL and an FFMA an element, one partial set, so the
+        tensor core waits for it) ran 6-13 % faster on the H200's four M=4096 probe shapes with
+        the first half of each FFMA run yielding than with ptxas's every-other hints; 1D2D ran
+        1-3 % slower with it and keeps ptxas's (benchmarks/NOTES.md, session 16).
+        DG_JIT_DISABLE_FFMA_INTERLEAVE=1 (DeepGEMM's switch of its own such pass) turns it off; a
+        probe build names its policy (DG_PROBE_FFMA_YIELD_<POLICY>, _PTXAS for none)."""
+        if "DG_PROBE_FFMA_YIELD_PTXAS" in self.probe_defines:
+            return None
         for policy in sass_yield.POLICIES:
             if f"DG_PROBE_FFMA_YIELD_{policy.upper()}" in self.probe_defines:
                 return policy
+        if self.scale_b_per_column and not env_flag("DG_JIT_DISABLE_FFMA_INTERLEAVE"):
+            return "front"
         return None
 
     @property
