@@ -81,20 +81,30 @@ def _rows_inside_psum_groups(rows, psum_ptr, num_psum_groups, mk_alignment, sear
 @triton.jit
 def _mn_major_tma_aligned_packed_ue8m0_kernel(
     sf_ptr, out_ptr, psum_ptr,
-    mn, sk, packed_sk, aligned_mn, gran_mn,
+    mn, sk, packed_sk, aligned_mn,
     sf_stride_g, sf_stride_mn, sf_stride_k,
     num_psum_groups, mk_alignment, search_steps,
-    BLOCK_MN: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PSUM: tl.constexpr, K_CONTIGUOUS: tl.constexpr,
+    GRAN_MN: tl.constexpr, BLOCK_MN: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PSUM: tl.constexpr,
+    K_CONTIGUOUS: tl.constexpr, ROWS_16B_ALIGNED: tl.constexpr,
 ):
     """One [BLOCK_MN, BLOCK_P] tile of packed words of group ``program_id(2)``: byte j of word p of
-    row r is the biased exponent of source element (r // gran_mn, 4p + j); 0 past sk or mn, and
+    row r is the biased exponent of source element (r // GRAN_MN, 4p + j); 0 past sk or mn, and
     with HAS_PSUM 0 (nothing read) for rows outside every psum group."""
     group = tl.program_id(2).to(tl.int64)
     rows = (tl.program_id(0) * BLOCK_MN + tl.arange(0, BLOCK_MN)).to(tl.int64)
     words = (tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
-    # gran_mn > 1 broadcasts one source row to gran_mn output rows (SM100 per-block SFs, API.md
-    # 2.4), fused here instead of materializing the index_select of the definition.
-    source_rows = group * sf_stride_g + (rows // gran_mn)[:, None] * sf_stride_mn
+    # GRAN_MN > 1 broadcasts one source row to GRAN_MN output rows (SM100 per-block SFs, API.md
+    # 2.4), fused here instead of materializing the index_select of the definition. A compile-time
+    # divisor: with a run-time one every thread called the 64-bit division routine once per row it
+    # holds, before its first load (16 calls at 128x8 words, ~1 us of a 3.5 us kernel at [16384, 56]).
+    if ROWS_16B_ALIGNED:
+        # Rows start 16-byte aligned and hold whole words (the launcher checked): written as
+        # multiples of 4, which the compiler's alignment analysis can see (it drops tl.multiple_of
+        # on scalars), so the row-major load below and its column mask become 16-byte vectors.
+        sf_stride_g = sf_stride_g // 4 * 4
+        sf_stride_mn = sf_stride_mn // 4 * 4
+        sk = sk // 4 * 4
+    source_rows = group * sf_stride_g + (rows // GRAN_MN)[:, None] * sf_stride_mn
     row_ok = rows < mn
     if HAS_PSUM:
         # Gap rows between experts may be uninitialized memory whose bits are not valid UE8M0;
@@ -127,11 +137,12 @@ def _mn_major_tma_aligned_packed_ue8m0_kernel(
 @triton.jit
 def _k_grouped_packed_ue8m0_kernel(
     sf_ptr, out_ptr, grouped_layout_ptr,
-    num_groups, sf_k, packed_sf_k, mn, gran_k, k_alignment,
-    USE_PSUM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_MN: tl.constexpr,
+    num_groups, sf_k, packed_sf_k, mn, k_alignment,
+    GRAN_K: tl.constexpr, USE_PSUM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_MN: tl.constexpr,
 ):
     """One [BLOCK_P, BLOCK_MN] tile of the row-major int32 [PK, MN] output: packed row p belongs to
-    the group g whose packed rows [P_g, P_g + ceil(n_g/4)) hold it (n_g = ceil(k_g/gran_k) SF rows,
+    the group g whose packed rows [P_g, P_g + ceil(n_g/4)) hold it (n_g = ceil(k_g/GRAN_K) SF rows,
     P_g and the SF row start S_g prefix sums over the groups before g); byte j of (p, c) is the
     exponent of SF row S_g + 4(p - P_g) + j of column c if that row is still in group g, else 0.
     Rows owned by no group (past the last group's content) are 0."""
@@ -150,7 +161,9 @@ def _k_grouped_packed_ue8m0_kernel(
     else:
         k_sizes = layout
     k_sizes = tl.maximum(k_sizes, 0)
-    sf_rows_in_group = (k_sizes + gran_k - 1) // gran_k
+    # A compile-time GRAN_K (128 in practice): a shift, where a run-time one was a call to the
+    # 64-bit division routine on the path to every data load.
+    sf_rows_in_group = (k_sizes + GRAN_K - 1) // GRAN_K
     packed_rows_in_group = (sf_rows_in_group + 3) // 4
     packed_end = tl.cumsum(packed_rows_in_group, 0)
     sf_end = tl.cumsum(sf_rows_in_group, 0)
@@ -244,10 +257,12 @@ def mn_major_tma_aligned_packed_ue8m0(sf: torch.Tensor, mn: int | None = None, g
     _mn_major_tma_aligned_packed_ue8m0_kernel[grid](
         # Without psum the pointer is never dereferenced; any int32 tensor keeps one specialization.
         source, out, psum_layout if has_psum else out,
-        mn, sk, packed_sk, aligned_mn, gran_mn,
+        mn, sk, packed_sk, aligned_mn,
         source.stride(0), source.stride(1), source.stride(2),
         num_psum_groups, mk_alignment, num_psum_groups.bit_length(),
-        BLOCK_MN=block_mn, BLOCK_P=block_p, HAS_PSUM=has_psum, K_CONTIGUOUS=k_contiguous,
+        GRAN_MN=gran_mn, BLOCK_MN=block_mn, BLOCK_P=block_p, HAS_PSUM=has_psum, K_CONTIGUOUS=k_contiguous,
+        ROWS_16B_ALIGNED=k_contiguous and sk % 4 == 0 and source.stride(1) % 4 == 0
+        and source.stride(0) % 4 == 0 and source.data_ptr() % 16 == 0,
         num_warps=PACKING_NUM_WARPS,
     )
     return out
@@ -283,8 +298,8 @@ def k_grouped_packed_ue8m0(sf: torch.Tensor, grouped_layout: torch.Tensor, packe
     grid = (triton.cdiv(packed_sf_k, block_p), triton.cdiv(mn, block_mn))
     _k_grouped_packed_ue8m0_kernel[grid](
         sf.view(torch.int32), out, grouped_layout,
-        num_groups, sf_k, packed_sf_k, mn, gran_k, k_alignment,
-        USE_PSUM=use_psum_layout, BLOCK_G=block_g, BLOCK_P=block_p, BLOCK_MN=block_mn,
+        num_groups, sf_k, packed_sf_k, mn, k_alignment,
+        GRAN_K=gran_k, USE_PSUM=use_psum_layout, BLOCK_G=block_g, BLOCK_P=block_p, BLOCK_MN=block_mn,
         num_warps=PACKING_NUM_WARPS,
     )
     return out

@@ -108,6 +108,16 @@ def test_packed_ue8m0_kernel_matches_definition_bitwise(mn, groups, transposed, 
         assert torch.equal(full_storage(out), full_storage(expected))
 
 
+@pytest.mark.parametrize("offset, row_stride", [(1, 56), (0, 58), (0, 56)])
+def test_packed_ue8m0_kernel_on_rows_not_16_byte_aligned(offset, row_stride):
+    # The 16-byte vector path needs aligned rows of whole words; a view starting one element in,
+    # or rows 58 elements apart, must take the scalar path and give the same bits.
+    storage = powers_of_two(300 * row_stride + offset)
+    sf = storage[offset:offset + 300 * row_stride].view(300, row_stride)[:, :56]
+    assert torch.equal(full_storage(sf_layout.mn_major_tma_aligned_packed_ue8m0(sf)),
+                       full_storage(ref.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)))
+
+
 def test_packed_ue8m0_kernel_reads_exponent_of_any_fp32():
     # Zero, subnormals, the extreme normal exponents and negative inputs (sign bit ignored).
     special = torch.tensor([0.0, 1e-45, 2.0 ** -126, 2.0 ** 127, 1.0, -4.0, 3.0, float("inf")])
