@@ -16,7 +16,8 @@ from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.env import env_flag
 from dg_triton.errors import reject
-from dg_triton.heuristics.sm90 import Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory
+from dg_triton.heuristics.sm90 import (Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory,
+                                      fp8_overlaps_promotion)
 from dg_triton.jit import compiler, sass_yield, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
@@ -74,10 +75,12 @@ class Fp8GemmKernelSpec:
     def ffma_yield(self) -> str | None:
         """The sass_yield policy applied to the compiled binary (None: ptxas's own hints).
 
-        1D1D: "front". Its promotion (an FMUL and an FFMA an element, one partial set, so the
-        tensor core waits for it) ran 6-13 % faster on the H200's four M=4096 probe shapes with
-        the first half of each FFMA run yielding than with ptxas's every-other hints; 1D2D ran
-        1-3 % slower with it and keeps ptxas's (benchmarks/NOTES.md, session 16).
+        1D1D tiles too wide for two partial sets (block N > 112): "front". Their promotion (an
+        FMUL and an FFMA an element after a full wgmma wait, the tensor core idle unless the other
+        warpgroup has work) ran 1-13 % faster on the H200's four M=4096 probe shapes with the first
+        half of each FFMA run yielding than with ptxas's every-other hints. Tiles that overlap the
+        promotion with the next block's wgmmas (1D1D up to 112 columns, 1D2D up to 128) ran 0.5-3 %
+        slower with it, so they and all 1D2D keep ptxas's (benchmarks/NOTES.md, session 16).
         DG_JIT_DISABLE_FFMA_INTERLEAVE=1 (DeepGEMM's switch of its own such pass) turns it off; a
         probe build names its policy (DG_PROBE_FFMA_YIELD_<POLICY>, _PTXAS for none)."""
         if "DG_PROBE_FFMA_YIELD_PTXAS" in self.probe_defines:
@@ -85,7 +88,8 @@ class Fp8GemmKernelSpec:
         for policy in sass_yield.POLICIES:
             if f"DG_PROBE_FFMA_YIELD_{policy.upper()}" in self.probe_defines:
                 return policy
-        if self.scale_b_per_column and not env_flag("DG_JIT_DISABLE_FFMA_INTERLEAVE"):
+        if self.scale_b_per_column and not fp8_overlaps_promotion("1d1d", self.config.block_n) \
+                and not env_flag("DG_JIT_DISABLE_FFMA_INTERLEAVE"):
             return "front"
         return None
 
