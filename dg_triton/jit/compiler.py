@@ -389,6 +389,8 @@ def compile_kernel(name: str, source: str, arch: str = "sm_90a",
         cubin, log, ptx, command = compile_fn(name, source, arch, flags, dump_ptx)
         check_resources(name, log, cubin)
         if ffma_yield is not None:
+            if arch != "sm_90a":   # the encoding facts sass_yield uses were checked on sm_90a only
+                raise JitCompileError(f"dg_triton JIT: ffma_yield applies to sm_90a cubins, not {arch}")
             cubin = sass_yield.set_ffma_yield(cubin, ffma_yield)
         (directory / "kernel.cu").write_text(source)
         (directory / "kernel.cubin").write_bytes(cubin)
