@@ -331,8 +331,13 @@ def fp8_sweep_configs(m, n, k, kind, out_bytes):
     """The configs fp8_sweep times on one shape (benchmarks/prebuild_sweep.py compiles them ahead).
     Kept within the lease: block M 128 and 2-CTA clusters along M for large M; block M 64, narrow
     tiles and split-K for small M, and at M = 128 also 128-row tiles, which read B once instead
-    of twice (added 2026-12-02, not swept yet)."""
+    of twice (added 2026-12-02, not swept yet); for large M and 1D2D also the 256x128 tile
+    (two row waves per consumer warpgroup, benchmarks/probe_fp8_256.py)."""
     small = m <= 128
+    if not small and kind == "1d2d" and out_bytes == 2:
+        config = heuristics.make_fp8_config(kind, m, n, 256, 128, 1, k, out_bytes, 132)
+        if config is not None:
+            yield config
     for block_m in ((64, 128) if m == 128 else (64,)) if small else (128,):
         narrow = (16, 32, 48, 64, 96, 128) if block_m == 64 else (64, 96, 128, 192)
         for block_n in narrow if small else range(96, 193, 16):

@@ -6,8 +6,8 @@ Used to compare where ours and cuBLAS spend an SM's cycles on the same shape:
         python3 benchmarks/probe_ncu.py fp8_128x128 [M N K]
 
 Variants: bf16 (our heuristic config), cublas_bf16, fp8 (our heuristic config), fp8_1d1d (our
-heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile), cublas_fp8 (block-wise
-torch._scaled_mm).
+heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile; fp8_BMxBN_cm2 / _cn2 with a
+2-CTA cluster along M / N), cublas_fp8 (block-wise torch._scaled_mm).
 """
 import sys
 from pathlib import Path
@@ -40,8 +40,11 @@ def call_for(variant: str, m: int, n: int, k: int):
     if variant == "cublas_fp8":
         scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
         return lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
-    block_m, block_n = (int(x) for x in variant.removeprefix("fp8_").split("x"))
-    config = heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, 1, 1)
+    # fp8_BMxBN, optionally _cm2 / _cn2: a 2-CTA cluster along M (B shared) or N (A shared)
+    tile, _, cluster = variant.removeprefix("fp8_").partition("_")
+    block_m, block_n = (int(x) for x in tile.split("x"))
+    cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2)}[cluster]
+    config = heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m)
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
     return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config)

@@ -46,7 +46,7 @@ def _variants():
     for m, n, k in FP8_SKIP_HEAD_MID_MNK:
         spec = _chosen(m, n, k, "1d2d", block_n_divides=min(left, right))
         specs[spec.name] = spec
-    # The widest tile each recipe allows, both block_m, and clusters along M and N.
+    # The widest tile each recipe allows, every block_m, and clusters along M and N.
     for kind, out in (("1d2d", torch.bfloat16), ("1d1d", torch.float32)):
         for block_m in (64, 128):
             widest = heuristics.FP8_MAX_BLOCK_N[kind] if block_m == 128 or kind == "1d2d" else 128
@@ -54,6 +54,12 @@ def _variants():
                                                 _NUM_SMS)
             spec = Fp8GemmKernelSpec(config, kind == "1d1d", out, kind == "1d1d")
             specs[spec.name] = spec
+        if kind == "1d2d":   # 256-row tiles: the widest, one straddling scale blocks, a narrow one
+            for block_n in (heuristics.FP8_256_MAX_BLOCK_N, 96, 64):
+                config = heuristics.make_fp8_config(kind, 4096, 4096, 256, block_n, 1, 7168,
+                                                    out.itemsize, _NUM_SMS)
+                spec = Fp8GemmKernelSpec(config, False, out, False)
+                specs[spec.name] = spec
         for cluster_m, cluster_n in ((2, 1), (1, 2)):
             config = heuristics.make_fp8_config(kind, 4096, 4096, 128, 128, 1, 7168, out.itemsize,
                                                 _NUM_SMS, cluster_n, cluster_m)

@@ -71,6 +71,8 @@ FORCED = [
     ("1d2d", 64, 16, 1, 1), ("1d2d", 64, 192, 1, 1), ("1d2d", 128, 128, 2, 1), ("1d2d", 128, 128, 1, 2),
     ("1d1d", 128, 128, 1, 1), ("1d1d", 128, 144, 1, 1), ("1d1d", 64, 128, 1, 1), ("1d1d", 128, 80, 2, 1),
     ("1d1d", 64, 64, 1, 2),
+    # 256-row tiles (two row waves per consumer warpgroup); 96 straddles scale blocks
+    ("1d2d", 256, 128, 1, 1), ("1d2d", 256, 96, 1, 1), ("1d2d", 256, 64, 1, 1),
 ]
 
 
@@ -104,6 +106,30 @@ def test_fp8_kernel_forced_configs_match_references(kind, block_m, block_n, clus
     from dg_triton.testing import calc_diff
     assert calc_diff(d.float(), expected) < THRESHOLD
     assert calc_diff(d.float(), unquantized) < THRESHOLD
+
+
+@pytest.mark.parametrize("block_n", (128, 96))
+def test_fp8_kernel_256_row_tiles_equal_128_row_tiles_bitwise_on_a_small_grid(block_n):
+    """A 256-row tile computes each element as two 128-row tiles do (the same wgmma partial sums,
+    promoted in the same K order), so the outputs must match bit for bit. Eight CTAs walk 24-32 tiles
+    each, so every row wave's staging buffer is reused across tiles while the other wave's store
+    may still be reading its own (the epilogue's kOtherBuffers wait); M and N have tails."""
+    _require_sm90()
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.testing import calc_diff
+
+    m, n, k = 3000, 2000, 1040
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, "1d2d")
+    outputs = []
+    for block_m in (256, 128):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        config = make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 8)
+        assert config is not None and config.num_sms == 8
+        _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d2d", False, config)
+        assert torch.isfinite(d).all(), f"block M {block_m}: unwritten (NaN) or non-finite elements"
+        assert calc_diff(d.float(), dequant_ref) < THRESHOLD
+        outputs.append(d)
+    assert torch.equal(outputs[0], outputs[1])
 
 
 @pytest.mark.parametrize("block_n", (112, 144, 128))   # overlapped promotion; not; D in 2 chunks

@@ -60,6 +60,11 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(num_threads) : "memory");
 }
 
+// Arrives without waiting: a signal to the threads that bar.sync on `id` (ordered hand-offs).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(num_threads) : "memory");
+}
+
 // ---- proxy fences (PTX ISA 9.7.13.4) ----------------------------------------------------------
 
 // Ordinary shared-memory stores that TMA (the async proxy) reads next need this in each writer.
@@ -109,10 +114,14 @@ __device__ __forceinline__ void tma_store_commit_group() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// Waits until the committed stores have finished READING shared memory (the buffer is reusable).
-__device__ __forceinline__ void tma_store_wait_read_all() {
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+// Waits until all but the newest kPending committed store groups have finished READING shared
+// memory (their buffers are reusable).
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(kPending) : "memory");
 }
+
+__device__ __forceinline__ void tma_store_wait_read_all() { tma_store_wait_read<0>(); }
 
 // Waits until the committed stores are complete (before the kernel exits).
 __device__ __forceinline__ void tma_store_wait_all() {

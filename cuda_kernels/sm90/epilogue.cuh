@@ -102,13 +102,18 @@ struct SwizzledTmaStoreEpilogue {
 
     // acc: the m64nBLOCK_N wgmma fragment of this thread. row0/col0: global coordinates of the
     // warpgroup's first element. load_phase flips on every accumulate load. kFirstChunkPrefetched:
-    // prefetch_accumulator() was called for this tile.
-    template <bool kFirstChunkPrefetched = false>
+    // prefetch_accumulator() was called for this tile. kOtherBuffers: how many stores of this
+    // warpgroup through other staging buffers may be newer than the last one through this buffer
+    // (their reads need not finish first: a warpgroup storing several 64-row waves of a tile, one
+    // buffer each; single-chunk stores only).
+    template <bool kFirstChunkPrefetched = false, int kOtherBuffers = 0>
     __device__ __forceinline__ static void store(const float* acc, uint8_t* staging,
                                                  uint64_t* load_barrier, uint32_t& load_phase,
                                                  const TmaDescriptor* tma_d, uint32_t row0,
                                                  uint32_t col0, uint32_t barrier_id) {
         static_assert(kAccumulate || !kFirstChunkPrefetched, "only an accumulating epilogue loads D");
+        static_assert(kOtherBuffers == 0 || (kNumChunks == 1 && !kAccumulate),
+                      "stores through several buffers: one chunk each, no D load");
         const bool leader = threadIdx.x % 128 == 0;
         const uint32_t staging_addr = smem_addr(staging);
 
@@ -120,7 +125,7 @@ struct SwizzledTmaStoreEpilogue {
             const bool prefetched = kFirstChunkPrefetched && chunk == 0;
             if (!prefetched) {
                 if (leader)
-                    tma_store_wait_read_all();
+                    tma_store_wait_read<kOtherBuffers>();
                 named_barrier_sync(barrier_id, 128);
             }
             if constexpr (kAccumulate) {

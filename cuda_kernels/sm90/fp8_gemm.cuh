@@ -61,7 +61,14 @@ struct Fp8GemmTraits {
                                                // and exactly one scale group
     static constexpr uint32_t kAtom = 128;     // (MN-major atoms: unused, both operands K-major)
     static constexpr uint32_t kScaleGroup = 128;
-    static constexpr uint32_t kNumMathWarpgroups = kBlockM / 64;
+    // Consumer warpgroups: one per 64 rows, at most two. A 256-row tile (1D2D, BF16 D) gives
+    // each of the two warpgroups two row waves of 64: per K block a warpgroup issues and
+    // promotes its waves one after the other (one partial set, one accumulator set per wave),
+    // while the other warpgroup's wgmmas keep the tensor core busy. Against 128-row tiles it
+    // reads each B tile for twice the rows: a quarter fewer shared-memory and L2 bytes per FLOP.
+    static constexpr uint32_t kNumRowSlices = kBlockM / 64;
+    static constexpr uint32_t kNumMathWarpgroups = kNumRowSlices < 2 ? kNumRowSlices : 2;
+    static constexpr uint32_t kRowWaves = kNumRowSlices / kNumMathWarpgroups;
     static constexpr uint32_t kNumThreads = 128 * (1 + kNumMathWarpgroups);
 
     static constexpr uint32_t kTileABytes = kBlockM * kBlockK;
@@ -77,7 +84,7 @@ struct Fp8GemmTraits {
         kTileABytes + kTileBBytes + kScaleABytes + (kScaleBPerColumn ? kBlockN * 4 : 0);
 
     using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
-    using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
+    using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kNumMathWarpgroups, kAccumulate>;
     using Mma = WgmmaFp8<kBlockN>;
 
 
@@ -95,7 +102,8 @@ struct Fp8GemmTraits {
     // registers for the wgmma pipeline: ptxas C7511).
     static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kBlockN / 4 + 2 : 4;
     static constexpr bool kOverlapPromotion = 3 * kBlockN / 2 + kNumScaleRegisters <= 200 &&
-                                              (kScaleBPerColumn || kScaleBlocksPerTile == 1)
+                                              (kScaleBPerColumn || kScaleBlocksPerTile == 1) &&
+                                              kRowWaves == 1
 #ifdef DG_PROBE_NO_PROMOTION_OVERLAP   // probe builds (benchmarks/probe_fp8.py) only
                                               && false
 #endif
@@ -119,21 +127,26 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
     static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
     static constexpr uint32_t kOffsetScales =
-        kOffsetStaging + (kSplitK ? 0 : kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup);
+        kOffsetStaging + (kSplitK ? 0 : kNumRowSlices * Epilogue::kBytesPerWarpgroup);
     static constexpr uint32_t kOffsetBarriers = kOffsetScales + kNumStages * kScaleStageBytes;
     static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
     static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 
-    // Registers: each consumer thread holds acc and one or (kOverlapPromotion) two partial sets,
-    // each BLOCK_N/2 FP32 values.
+    // Registers: each consumer thread holds kRowWaves accumulator sets and one or
+    // (kOverlapPromotion) two partial sets, each BLOCK_N/2 FP32 values.
     // Two consumer warpgroups leave the producer 40 (128 x 40 + 256 x 232 <= 64K registers); with
     // one there is room for more, which the masked scheduler's producer needs with K compiled in
     // as 2048 and 8 stages (at 40 it spilled 160 B, tests/test_compile_sm90_grouped.py).
     static constexpr uint32_t kProducerRegisters = kNumMathWarpgroups == 1 ? 64 : 40;
     static constexpr uint32_t kConsumerRegisters = kNumMathWarpgroups == 1 ? 240 : 232;
 
-    static_assert(kBlockM == 64 || kBlockM == 128, "block M is 64 or 128 (one or two consumer warpgroups)");
+    static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256,
+                  "block M is 64, 128 (one or two consumer warpgroups) or 256 (two row waves each)");
+    static_assert(kRowWaves == 1 || (!kScaleBPerColumn && !kAccumulate && !kSplitK &&
+                                     kClusterSize == 1 && kBlockN <= 128 && Epilogue::kNumChunks == 1),
+                  "256-row tiles: 1D2D, BF16 D, no split-K or cluster, block N <= 128 (registers: "
+                  "two accumulator sets and a partial set)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
     static_assert(!kAccumulate || kScaleBPerColumn, "accumulation into D is the 1D1D (wgrad) recipe");
@@ -205,22 +218,26 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 template <class T>
 struct BlockScales {
     static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kBlockN / 4 : T::kScaleBlocksPerTile;
-    float a[2];
+    float a[T::kRowWaves][2];   // per row wave, the thread's two fragment rows
     float b[kNumB];
 
     // This thread's byte offsets in a stage's scale slot: its first fragment row's sfa (the
-    // second is 8 rows on) and its first fragment column's sfb (the others are 8t columns on).
+    // second is 8 rows on, the next row wave's 64) and its first fragment column's sfb (the
+    // others are 8t columns on).
     struct SlotOffsets {
         uint32_t a, b;
         __device__ __forceinline__ explicit SlotOffsets(uint32_t math_wg)
-            : a((math_wg * 64 + fragment_row(0)) * 4), b(T::kScaleABytes + fragment_col(0) * 4) {}
+            : a((math_wg * T::kRowWaves * 64 + fragment_row(0)) * 4),
+              b(T::kScaleABytes + fragment_col(0) * 4) {}
     };
 
     // From the stage's scale slot (sfa, and 1D1D sfb), read while the stage is still held.
     __device__ __forceinline__ void read_stage(uint32_t slot, const SlotOffsets& offsets) {
 #pragma unroll
-        for (uint32_t half = 0; half < 2; ++half)
-            a[half] = ld_shared_f32(slot + offsets.a + half * 8 * 4);
+        for (uint32_t wave = 0; wave < T::kRowWaves; ++wave)
+#pragma unroll
+            for (uint32_t half = 0; half < 2; ++half)
+                a[wave][half] = ld_shared_f32(slot + offsets.a + (wave * 64 + half * 8) * 4);
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
             for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
@@ -298,8 +315,8 @@ struct Promotion {
     // group is a compile-time fact, by one instantiation per offset of the tile inside its first
     // scale block (promote_1d2d), chosen once per K block.
     __device__ __forceinline__ static void promote(float* acc, const float* partial, uint32_t n0,
-                                                   const Scales& scales) {
-        const float* a = scales.a;
+                                                   const Scales& scales, uint32_t wave = 0) {
+        const float* a = scales.a[wave];
         const float* b = scales.b;
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
@@ -380,7 +397,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                                        !T::kScaleBPerColumn),
                   "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters");
     setmaxnreg_inc<T::kConsumerRegisters>();
-    float acc[T::kBlockN / 2];
+    float acc[T::kRowWaves][T::kBlockN / 2];
     float partial[T::kNumPartials][T::kBlockN / 2];
     // Stage ring positions: the next K block to issue, and the oldest issued one not yet promoted
     // (one behind when promotion overlaps the next block's wgmmas).
@@ -398,26 +415,47 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
-    const uint64_t desc_a0 = smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * 64 * 128, 16);
+    // This warpgroup's rows of A: kRowWaves slices of 64 rows of 128 B.
+    // Probe (DG_PROBE_WAVE_TURNS, 256-row tiles): the two warpgroups issue their row waves in
+    // strict turns (named barriers 3 and 4), so one promotes while the other's wave runs instead
+    // of both waiting for waves issued at the same moment.
+#ifdef DG_PROBE_WAVE_TURNS
+    constexpr bool kWaveTurns = T::kRowWaves > 1;
+#else
+    constexpr bool kWaveTurns = false;
+#endif
+    bool first_turn = math_wg == 0;
+    const uint64_t desc_a0 =
+        smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * T::kRowWaves * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
 
     const uint32_t scale_slots = smem_addr(plan.tiles_a + (T::kOffsetScales - T::kOffsetA));
     const typename BlockScales<T>::SlotOffsets slot_offsets(math_wg);
 
-    // Waits for the next K block's stage, issues its four wgmmas into `block_partial`, commits.
-    auto issue = [&](float* block_partial) {
-        mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
+    // Issues the next K block's four wgmmas of row wave `wave` into `block_partial` and commits
+    // (the first wave waits for the stage; the last moves on to the next stage).
+    auto issue = [&](float* block_partial, uint32_t wave = 0) {
+        if (wave == 0)
+            mbarrier_wait(&plan.full[pipe.stage], pipe.phase);
         // Descriptors differ from stage 0's only in the start-address field (address / 16,
         // 14 bits: no carry below 256 KB), so they are offsets of two precomputed ones.
-        const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes) >> 4);
+        const uint64_t stage_a = desc_a0 + ((pipe.stage * T::kTileABytes + wave * 64 * 128) >> 4);
         const uint64_t stage_b = desc_b0 + ((pipe.stage * T::kTileBBytes) >> 4);
+        if constexpr (kWaveTurns) {
+            if (!first_turn)
+                named_barrier_sync(3 + math_wg, 256);
+            first_turn = false;
+        }
         wgmma_fence_operands<T::kBlockN / 2>(block_partial);
         wgmma_fence();
 #pragma unroll
         for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks)
             T::Mma::mma(stage_a + ks * kStep / 16, stage_b + ks * kStep / 16, block_partial, ks > 0);
         wgmma_commit_group();
-        pipe.advance<T::kNumStages>();
+        if constexpr (kWaveTurns)
+            named_barrier_arrive(3 + (math_wg ^ 1), 256);
+        if (wave == T::kRowWaves - 1)
+            pipe.advance<T::kNumStages>();
     };
 
     typename Sched::Unit unit;
@@ -432,8 +470,10 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
         }
 #pragma unroll
-        for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
-            acc[i] = 0.0f;
+        for (uint32_t wave = 0; wave < T::kRowWaves; ++wave)
+#pragma unroll
+            for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+                acc[wave][i] = 0.0f;
         [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
         KBlockScales<T> block_scales;
         if constexpr (!T::kScaleBPerColumn) {
@@ -460,11 +500,14 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 c_loaded = true;
             }
         };
-        auto promote_block = [&](float* block_partial) {
+        // (A stage is released once its last row wave's wgmmas are done.)
+        auto promote_block = [&](float* block_partial, uint32_t wave = 0) {
             wgmma_fence_operands<T::kBlockN / 2>(block_partial);
-            release_stage<T>(&plan.empty[done.stage], cluster_rank);
-            done.advance<T::kNumStages>();
-            Promotion<T>::promote(acc, block_partial, n0, block_scales.current);
+            if (wave == T::kRowWaves - 1) {
+                release_stage<T>(&plan.empty[done.stage], cluster_rank);
+                done.advance<T::kNumStages>();
+            }
+            Promotion<T>::promote(acc[wave], block_partial, n0, block_scales.current, wave);
         };
         if constexpr (T::kOverlapPromotion) {
             // Two partial sets: block i + 1's wgmmas are issued before block i is promoted, so they
@@ -516,13 +559,18 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 chain(ChainLength<1>{}, true);
         } else {
             for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-                issue(partial[0]);
-                if (kb == unit.k_block_begin + 1)
-                    load_c();
-                // The scales are read under the block's wgmmas.
-                read_scales(kb + 1 == unit.k_block_end);
-                wgmma_wait_group<0>();
-                promote_block(partial[0]);
+#pragma unroll
+                for (uint32_t wave = 0; wave < T::kRowWaves; ++wave) {
+                    issue(partial[0], wave);
+                    if (wave == 0) {
+                        if (kb == unit.k_block_begin + 1)
+                            load_c();
+                        // The scales (every wave's) are read under the first wave's wgmmas.
+                        read_scales(kb + 1 == unit.k_block_end);
+                    }
+                    wgmma_wait_group<0>();
+                    promote_block(partial[0], wave);
+                }
             }
         }
         load_c();
@@ -531,23 +579,35 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         // H200 (K=2048: 116.8 vs 106.1 us; NOTES.md) and was removed.
         if constexpr (T::kSplitK) {
             // (The host never splits skip-head-mid problems: this store has no column remap.)
-            T::SplitEpilogue::store(acc, unit, split.num_splits, scheduler.num_tiles, math_wg,
+            T::SplitEpilogue::store(acc[0], unit, split.num_splits, scheduler.num_tiles, math_wg,
                                     split.workspace, split.counters,
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
         } else if constexpr (Sched::kGrouped) {
             store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
-                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
+                acc[0], keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
                 plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                 &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
-            T::Epilogue::template store<kEarlyCLoad>(
-                acc, plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
-                unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales),
-                /*barrier_id=*/1 + math_wg);
+            // One store per row wave, each through its own staging slice: a wave waits only for
+            // the store that last read its slice (the previous tile's same wave), not for the
+            // store of the wave before it.
+#pragma unroll
+            for (uint32_t wave = 0; wave < T::kRowWaves; ++wave) {
+                const uint32_t slice = math_wg * T::kRowWaves + wave;
+                T::Epilogue::template store<kEarlyCLoad, T::kRowWaves - 1>(
+                    acc[wave], plan.staging + slice * T::Epilogue::kBytesPerWarpgroup,
+                    &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                    unit.m_block * T::kBlockM + slice * 64, skip_head_mid_column(n0, scales),
+                    /*barrier_id=*/1 + math_wg);
+            }
         }
+    }
+    // (Turns: warpgroup 1's last issue handed a turn to warpgroup 0, which takes it here.)
+    if constexpr (kWaveTurns) {
+        if (math_wg == 0)
+            named_barrier_sync(3, 256);
     }
     T::Epilogue::finish();
 }

@@ -46,11 +46,17 @@ class Bf16GemmConfig:
 
     @property
     def num_threads(self) -> int:
-        return 128 * (1 + self.block_m // 64)
+        return 128 * (1 + consumer_warpgroups(self.block_m))
 
     @property
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n
+
+
+def consumer_warpgroups(block_m: int) -> int:
+    """Mirrors the traits' kNumMathWarpgroups: one per 64 rows, at most two (a 256-row FP8 tile
+    gives each two 64-row waves)."""
+    return min(block_m // 64, 2)
 
 
 def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
@@ -71,7 +77,7 @@ def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_byt
                             split_k: bool = False, extra_stage_bytes: int = 0) -> int:
     """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes;
     `extra_stage_bytes`: a family's per-stage extras, e.g. the FP8 kernel's scales)."""
-    warpgroups = block_m // 64
+    warpgroups = consumer_warpgroups(block_m)
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
     staging = 0 if split_k else block_m * epilogue_staging_cols(block_n, out_bytes) * out_bytes
     barriers = (2 * num_stages + warpgroups) * 8
@@ -215,6 +221,9 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
 # BLOCK_N / 4 scales, so BLOCK_N is capped below the BF16 kernel's 256 where ptxas would spill
 # (measured with nvcc 13.0 / NVRTC 13.0: 1d2d spills at 256, 1d1d at 160; tests/test_compile_sm90_fp8.py).
 FP8_MAX_BLOCK_N = {"1d2d": 192, "1d1d": 144}
+# 256-row tiles (two 64-row waves per consumer warpgroup, fp8_gemm.cuh kRowWaves): 1D2D only, and
+# block N up to 128 (two accumulator sets and a partial set: 3 x BLOCK_N / 2 FP32 per thread).
+FP8_256_MAX_BLOCK_N = 128
 
 # SM90's dense FP8 / BF16 GEMMs take the CUDA-core GEMV (dg_triton/triton/gemv.py) instead of the
 # tensor-core kernel for M up to *_GEMV_MAX_M and K from *_GEMV_MIN_K. On the H200 (2026-12-02,
@@ -279,6 +288,8 @@ def _fp8_tensor_core_efficiency(block_m: int, block_n: int, kind: str = "1d2d") 
 
 
 def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
+    if block_m == 256:   # two accumulator sets per thread; 1D2D (BF16 D) only
+        return kind == "1d2d" and block_n <= FP8_256_MAX_BLOCK_N
     limit = FP8_MAX_BLOCK_N[kind]
     return block_n <= (limit if block_m == 128 or kind == "1d2d" else 128)
 
