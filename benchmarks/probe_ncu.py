@@ -5,7 +5,7 @@ Used to compare where ours and cuBLAS spend an SM's cycles on the same shape:
     ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
         python3 benchmarks/probe_ncu.py fp8_128x128 [M N K]
 
-Variants: bf16 (our heuristic config), cublas_bf16, fp8 (our heuristic config), fp8_1d1d (our
+Variants: bf16 (our heuristic config), bf16_BMxBN[_cm2|_cn2] (a forced tile and cluster), cublas_bf16, fp8 (our heuristic config), fp8_1d1d (our
 heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile; fp8_BMxBN_cm2 / _cn2 with a
 2-CTA cluster along M / N), cublas_fp8 (block-wise torch._scaled_mm).
 """
@@ -29,6 +29,16 @@ def call_for(variant: str, m: int, n: int, k: int):
         return lambda: dg_triton.bf16_gemm_nt(a, b, d)
     if variant == "cublas_bf16":
         return lambda: torch.matmul(a, b.T, out=d)
+    if variant.startswith("bf16_"):   # bf16_BMxBN[_cm2|_cn2]: a forced BF16 tile and cluster
+        from dg_triton import validation
+        from dg_triton.kernels import sm90_bf16_gemm
+        tile, _, cluster = variant.removeprefix("bf16_").partition("_")
+        block_m, block_n = (int(x) for x in tile.split("x"))
+        cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2)}[cluster]
+        config = heuristics.make_config(m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m)
+        m_, n_, k_, a_k, b_k, device_index, layout, addresses = validation.bf16_gemm("probe", a, b, d, None)
+        problem = (m_, n_, k_, a_k, b_k, device_index, layout)
+        return lambda: sm90_bf16_gemm.run("probe", a, b, d, problem, addresses, False, "", config)
     a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
     b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
     if variant == "fp8":
@@ -43,11 +53,13 @@ def call_for(variant: str, m: int, n: int, k: int):
     # fp8_BMxBN, optionally _cm2 / _cn2: a 2-CTA cluster along M (B shared) or N (A shared)
     tile, _, cluster = variant.removeprefix("fp8_").partition("_")
     block_m, block_n = (int(x) for x in tile.split("x"))
-    cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2)}[cluster]
+    # _cm2L: the B-sharing cluster with rank 0 multicasting the whole B tile (a probe build)
+    cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2), "cm2L": (2, 1)}[cluster]
+    defines = ("DG_PROBE_MULTICAST_LEADER",) if cluster == "cm2L" else ()
     config = heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m)
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
-    return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config)
+    return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines)
 
 
 def main():

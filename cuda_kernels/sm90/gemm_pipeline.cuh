@@ -78,9 +78,16 @@ __device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma
     } else {
         constexpr uint16_t kBothCtas = 0b11;
         if constexpr (T::kBKMajor) {
+#ifdef DG_PROBE_MULTICAST_LEADER
+            // Probe: rank 0 multicasts the whole B tile, rank 1 loads none of it (the host's B
+            // descriptor then has whole-tile boxes).
+            if (cluster_rank == 0)
+                tma_load_2d_multicast(b, &tma_b, full, k0, n0, kBothCtas);
+#else
             constexpr uint32_t kHalfRows = T::kBlockN / 2;
             tma_load_2d_multicast(b + cluster_rank * kHalfRows * 128, &tma_b, full, k0,
                                   n0 + cluster_rank * kHalfRows, kBothCtas);
+#endif
         } else {
             constexpr uint32_t kHalfK = T::kBlockK / 2;
 #pragma unroll

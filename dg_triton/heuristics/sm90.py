@@ -302,7 +302,9 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     BF16 one, and runs at twice the rate, so the BF16 cost model applies with K halved; split-K
     where the tiles leave SMs idle; no clusters (measured no faster, NOTES.md). `block_n_divides`:
     BLOCK_N must divide it (fp8_gemm_nt_skip_head_mid keeps tiles out of the skipped columns, and
-    never splits K: its split-K store has no column remap). `block_n_multiple`:
+    never splits K: its split-K store has no column remap). Block M is 64 or 128 here; the
+    kernel's 256-row tiles (1D2D, BF16 D) come only from tuned entries, where they were measured
+    faster (K <= 1536 shapes; the model mispredicted them, NOTES.md session 17). `block_n_multiple`:
     set_block_size_multiple_of's N multiple (block N a multiple of lcm(16, it)). A tuned entry
     (autotune_configs/sm90/fp8_gemm.json) wins when neither constraint is set."""
     if block_n_divides is None and block_n_multiple == 1:

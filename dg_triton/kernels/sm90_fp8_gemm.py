@@ -203,7 +203,9 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
     split_args, split = split_k_arguments(config, m, n, d.device, slot=8)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(0), config.block_m, config.cluster_n)),
-                 tma.DescriptorCache(_operand_params(n, k, b.stride(0), config.block_n, config.cluster_m)),
+                 tma.DescriptorCache(_operand_params(n, k, b.stride(0), config.block_n,
+                                                     1 if "DG_PROBE_MULTICAST_LEADER" in probe_defines
+                                                     else config.cluster_m)),
                  tma.DescriptorCache(_output_params(m, d.size(1), d.stride(0), element, config.block_n)),
                  tma_sfa,
                  tma.DescriptorCache(_scale_params(n, k, sfb.stride(1), config.block_n)) if per_column
