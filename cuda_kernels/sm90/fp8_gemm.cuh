@@ -19,6 +19,9 @@
 // allow keep two partial sets and issue block i + 1 before promoting block i (kOverlapPromotion,
 // in chains of kPromotionChain blocks): 128x128 went from ~212 to ~197 us at 4096x4096x7168.
 // Taking turns between the two warpgroups (ping-pong) gained nothing and was not kept.
+// 256-row tiles (1D2D, BF16 D) give each warpgroup two 64-row waves per K block (kRowWaves);
+// per clock they are the fastest tiles measured, but they ran ahead of 128x128 only at short K
+// (tuned entries, 2026-12-02).
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
@@ -394,8 +397,8 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                                             const Fp8SplitArguments& split, uint32_t m, uint32_t n,
                                             uint32_t math_wg, uint32_t cluster_rank) {
     static_assert(!Sched::kGrouped || (!T::kSplitK && !T::kAccumulate && T::kClusterSize == 1 &&
-                                       !T::kScaleBPerColumn),
-                  "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters");
+                                       !T::kScaleBPerColumn && T::kRowWaves == 1),
+                  "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters, block M <= 128");
     setmaxnreg_inc<T::kConsumerRegisters>();
     float acc[T::kRowWaves][T::kBlockN / 2];
     float partial[T::kNumPartials][T::kBlockN / 2];
@@ -415,16 +418,17 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
-    // This warpgroup's rows of A: kRowWaves slices of 64 rows of 128 B.
     // Probe (DG_PROBE_WAVE_TURNS, 256-row tiles): the two warpgroups issue their row waves in
     // strict turns (named barriers 3 and 4), so one promotes while the other's wave runs instead
-    // of both waiting for waves issued at the same moment.
+    // of both waiting for waves issued at the same moment. Measured 0-3 % slower at 256x128,
+    // 10-20 % at 256x64 (benchmarks/NOTES.md, session 17): the waves already interleave.
 #ifdef DG_PROBE_WAVE_TURNS
     constexpr bool kWaveTurns = T::kRowWaves > 1;
 #else
     constexpr bool kWaveTurns = false;
 #endif
-    bool first_turn = math_wg == 0;
+    [[maybe_unused]] bool first_turn = math_wg == 0;
+    // This warpgroup's rows of A: kRowWaves slices of 64 rows of 128 B.
     const uint64_t desc_a0 =
         smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * T::kRowWaves * 64 * 128, 16);
     const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);

@@ -79,8 +79,9 @@ __device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma
         constexpr uint16_t kBothCtas = 0b11;
         if constexpr (T::kBKMajor) {
 #ifdef DG_PROBE_MULTICAST_LEADER
-            // Probe: rank 0 multicasts the whole B tile, rank 1 loads none of it (the host's B
-            // descriptor then has whole-tile boxes).
+            // FP8 probe builds only (benchmarks/probe_fp8_clusters.py --leader): rank 0 multicasts
+            // the whole B tile, rank 1 loads none of it; sm90_fp8_gemm.py then gives B's
+            // descriptor whole-tile boxes (the BF16 host does not: no BF16 probe uses it).
             if (cluster_rank == 0)
                 tma_load_2d_multicast(b, &tma_b, full, k0, n0, kBothCtas);
 #else
