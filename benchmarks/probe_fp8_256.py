@@ -9,8 +9,10 @@ NaN-poisoned output), then timed in alternation (three rounds, CUDA-graph replay
 
     python benchmarks/probe_fp8_256.py [--shapes 4096x4096x7168,...] [--block-ns 128,112,96,64]
         [--variants ",DG_PROBE_WAVE_TURNS"]   # each 256-row config also as these probe builds
+        [--group-ms 8,16]   # each 256-row config with these L2 groups of block rows (default 8)
 """
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +32,8 @@ SHAPES = [(4096, 2112, 7168), (4096, 576, 7168), (4096, 24576, 1536), (4096, 327
 
 
 def name(config, defines=()):
-    return f"{config.block_m}x{config.block_n} s{config.num_stages}" + "".join(f" {d}" for d in defines)
+    return (f"{config.block_m}x{config.block_n} s{config.num_stages}"
+            + (f" g{config.group_m}" if config.group_m != 8 else "") + "".join(f" {d}" for d in defines))
 
 
 def main():
@@ -39,8 +42,10 @@ def main():
     parser.add_argument("--block-ns", default="128,112,96,64")
     parser.add_argument("--variants", default="",
                         help="comma-separated macro sets for the 256-row configs ('+' joins; empty = default)")
+    parser.add_argument("--group-ms", default="8")
     args = parser.parse_args()
     variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",")]
+    group_ms = [int(x) for x in args.group_ms.split(",")]
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     block_ns = [int(x) for x in args.block_ns.split(",")]
     lines = ["| shape | config | us | TFLOPS | vs heuristic pick | vs cuBLAS block-wise |",
@@ -57,8 +62,11 @@ def main():
         configs = [(choose_fp8_gemm_config(m, n, k, 2, 132), ())]
         for block_n in block_ns:
             config = make_fp8_config("1d2d", m, n, 256, block_n, 1, k, 2, 132)
-            if config is not None:
-                configs += [(config, defines) for defines in variants if (config, defines) not in configs]
+            if config is None:
+                continue
+            for group_m in group_ms:
+                grouped = dataclasses.replace(config, group_m=group_m)
+                configs += [(grouped, defines) for defines in variants if (grouped, defines) not in configs]
         runs, names = [], []
         for config, defines in configs:
             run = (lambda config=config, defines=defines: sm90_fp8_gemm.run(
