@@ -37,6 +37,8 @@ def candidates(m, n, k, leader=False, block=None):
     chosen = choose_fp8_gemm_config(m, n, k, 2, 132)
     if block:
         chosen = make_fp8_config("1d2d", m, n, *block, 1, k, 2, 132)
+        if chosen is None:
+            raise SystemExit(f"--block {block}: no config of that tile fits {m}x{n}x{k}")
     configs = [(chosen, ())]
     for cluster_m, cluster_n in ((2, 1), (1, 2)):
         for splits in sorted({chosen.num_splits, 1}):

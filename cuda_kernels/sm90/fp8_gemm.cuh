@@ -148,7 +148,7 @@ struct Fp8GemmTraits {
                   "block M is 64, 128 (one or two consumer warpgroups) or 256 (two row waves each)");
     static_assert(kRowWaves == 1 || (!kScaleBPerColumn && !kAccumulate && !kSplitK &&
                                      kClusterSize == 1 && kBlockN <= 128 && Epilogue::kNumChunks == 1),
-                  "256-row tiles: 1D2D, BF16 D, no split-K or cluster, block N <= 128 (registers: "
+                  "256-row tiles: 1D2D, no split-K or cluster, block N <= 128 (registers: "
                   "two accumulator sets and a partial set)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");

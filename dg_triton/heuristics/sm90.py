@@ -261,7 +261,12 @@ def fp8_gemm_shared_memory(kind: str, block_m: int, block_n: int, num_stages: in
 def make_fp8_config(kind: str, m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,
                     out_bytes: int, num_sms: int, cluster_n: int = 1,
                     cluster_m: int = 1) -> Bf16GemmConfig | None:
-    """make_config with the FP8 kernel's stage size (tiles plus scales)."""
+    """make_config with the FP8 kernel's stage size (tiles plus scales); None also for a 256-row
+    tile the kernel refuses at compile time (it is 1D2D with BF16 D only, without split-K or a
+    cluster, block N <= FP8_256_MAX_BLOCK_N)."""
+    if block_m == 256 and (not fp8_block_n_fits(kind, block_m, block_n) or out_bytes != 2
+                           or num_splits > 1 or cluster_n * cluster_m > 1):
+        return None
     return make_config(m, n, block_m, block_n, num_splits, k, out_bytes, num_sms, cluster_n,
                        cluster_m, fp8_scale_stage_bytes(kind, block_m, block_n))
 
@@ -270,7 +275,7 @@ def fp8_overlaps_promotion(kind: str, block_n: int) -> bool:
     """Mirrors Fp8GemmTraits::kOverlapPromotion (fp8_gemm.cuh): whether the tile keeps two
     partial sets, so that a K block's wgmmas run under the previous block's promotion. acc plus
     two partial sets plus the block's scales must fit the consumer's registers, and a 1D2D tile
-    must sit inside one 128-column scale block."""
+    must sit inside one 128-column scale block. (For block M <= 128: 256-row tiles never overlap.)"""
     scale_registers = block_n // 4 + 2 if kind == "1d1d" else 4
     fits = 3 * block_n // 2 + scale_registers <= 200
     return fits and (kind == "1d1d" or 128 % block_n == 0)
