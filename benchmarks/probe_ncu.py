@@ -7,8 +7,11 @@ Used to compare where ours and cuBLAS spend an SM's cycles on the same shape:
 
 Variants: bf16 (our heuristic config), bf16_BMxBN[_cm2|_cn2] (a forced tile and cluster), cublas_bf16, fp8 (our heuristic config), fp8_1d1d (our
 heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile; fp8_BMxBN_cm2 / _cn2 with a
-2-CTA cluster along M / N), cublas_fp8 (block-wise torch._scaled_mm).
+2-CTA cluster along M / N), cublas_fp8 (block-wise torch._scaled_mm). A forced variant may end in
+_gG: the L2 group of G block rows (default 8), e.g. bf16_128x256_g16.
 """
+import dataclasses
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +25,10 @@ from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
 
 
 def call_for(variant: str, m: int, n: int, k: int):
+    group = re.search(r"_g(\d+)$", variant)
+    variant = variant.removesuffix(group.group(0)) if group else variant
+    with_group = (lambda config: dataclasses.replace(config, group_m=int(group.group(1)))) if group \
+        else (lambda config: config)
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
     d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
@@ -35,7 +42,7 @@ def call_for(variant: str, m: int, n: int, k: int):
         tile, _, cluster = variant.removeprefix("bf16_").partition("_")
         block_m, block_n = (int(x) for x in tile.split("x"))
         cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2)}[cluster]
-        config = heuristics.make_config(m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m)
+        config = with_group(heuristics.make_config(m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m))
         m_, n_, k_, a_k, b_k, device_index, layout, addresses = validation.bf16_gemm("probe", a, b, d, None)
         problem = (m_, n_, k_, a_k, b_k, device_index, layout)
         return lambda: sm90_bf16_gemm.run("probe", a, b, d, problem, addresses, False, "", config)
@@ -56,7 +63,8 @@ def call_for(variant: str, m: int, n: int, k: int):
     # _cm2L: the B-sharing cluster with rank 0 multicasting the whole B tile (a probe build)
     cluster_m, cluster_n = {"": (1, 1), "cm2": (2, 1), "cn2": (1, 2), "cm2L": (2, 1)}[cluster]
     defines = ("DG_PROBE_MULTICAST_LEADER",) if cluster == "cm2L" else ()
-    config = heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, cluster_n, cluster_m)
+    config = with_group(heuristics.make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 132, cluster_n,
+                                                   cluster_m))
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
     return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines)

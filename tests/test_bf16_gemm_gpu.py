@@ -315,6 +315,38 @@ def test_bf16_gemm_forced_configs_match_reference(alias, out_dtype, accumulate, 
     assert calc_diff(d.float(), expected.float()) < THRESHOLD
 
 
+@pytest.mark.parametrize("block_m,block_n,cluster_m,cluster_n", ((128, 256, 1, 1), (64, 96, 1, 1),
+                                                                 (128, 128, 2, 1), (128, 64, 1, 2)))
+def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, cluster_m, cluster_n):
+    """The L2 group only reorders the tiles a CTA takes (scheduler.cuh swizzle), so every group's
+    output equals group 8's bit for bit: groups 1, 3 and 32 included (a last partial group), M and
+    N tails, eight CTAs walking many tiles each."""
+    import dataclasses
+    from dg_triton import validation
+    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.kernels import sm90_bf16_gemm
+
+    m, n, k = 1500, 1304, 520   # D rows of 2608 bytes: TMA needs multiples of 16
+    if -(-m // block_m) % cluster_m or -(-n // block_n) % cluster_n:
+        m, n = 1536, 1280
+    a, b = operands("nt", m, n, k)
+    expected = gemm_reference(a, b, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), None, "nt")
+    config = make_config(m, n, block_m, block_n, 1, k, 2, 8, cluster_n, cluster_m)
+    assert config is not None
+    outputs = {}
+    for group_m in (8, 1, 2, 3, 16, 32):
+        d = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        problem = validation.bf16_gemm("test", a, b, d, None)
+        sm90_bf16_gemm.run("test", a, b, d, problem[:7], problem[7], False, "",
+                           dataclasses.replace(config, group_m=group_m))
+        torch.cuda.synchronize()
+        assert torch.isfinite(d).all(), f"group {group_m}: unwritten (NaN) or non-finite elements"
+        outputs[group_m] = d
+    assert calc_diff(outputs[8].float(), expected.float()) < THRESHOLD
+    for group_m, d in outputs.items():
+        assert torch.equal(d, outputs[8]), f"group {group_m} differs from group 8"
+
+
 @pytest.mark.parametrize("alias", ("nt", "tn"))
 @pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
 @pytest.mark.parametrize("k", (1000, 64))   # 16 K blocks; one (c loaded at the store)

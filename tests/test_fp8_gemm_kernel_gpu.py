@@ -132,6 +132,35 @@ def test_fp8_kernel_256_row_tiles_equal_128_row_tiles_bitwise_on_a_small_grid(bl
     assert torch.equal(outputs[0], outputs[1])
 
 
+@pytest.mark.parametrize("block_m,cluster_m,cluster_n", ((128, 1, 1), (256, 1, 1), (128, 2, 1), (64, 1, 2)))
+def test_fp8_kernel_every_l2_group_equals_group_8_bitwise(block_m, cluster_m, cluster_n):
+    """The L2 group only reorders which tiles a CTA takes (scheduler.cuh swizzle): each element
+    is computed the same way whatever the order, so every group's output must equal group 8's bit
+    for bit. Groups 1 and 3 and 32 (more rows than the 12-row grid, a last partial group), M and N
+    tails, eight CTAs walking many tiles each."""
+    _require_sm90()
+    import dataclasses
+    from dg_triton.heuristics.sm90 import make_fp8_config
+    from dg_triton.testing import calc_diff
+
+    block_n = 112 if cluster_n == 1 else 64
+    m, n, k = 1500, 1304, 528   # 16-byte multiples: D rows (bf16) and A / B rows (FP8)
+    if -(-m // block_m) % cluster_m or -(-n // block_n) % cluster_n:
+        m, n = 1536, 1280
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, "1d2d")
+    config = make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 8, cluster_n, cluster_m)
+    assert config is not None
+    outputs = {}
+    for group_m in (8, 1, 2, 3, 16, 32):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d2d", False, dataclasses.replace(config, group_m=group_m))
+        assert torch.isfinite(d).all(), f"group {group_m}: unwritten (NaN) or non-finite elements"
+        outputs[group_m] = d
+    assert calc_diff(outputs[8].float(), dequant_ref) < THRESHOLD
+    for group_m, d in outputs.items():
+        assert torch.equal(d, outputs[8]), f"group {group_m} differs from group 8"
+
+
 @pytest.mark.parametrize("block_n", (112, 144, 128))   # overlapped promotion; not; D in 2 chunks
 @pytest.mark.parametrize("k", (1040, 512, 128))   # a chain of 8 and a tail; one of 4; one K block
 def test_fp8_kernel_early_c_load_probe_equals_the_default_build(block_n, k):

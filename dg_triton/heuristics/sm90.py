@@ -16,7 +16,7 @@ measured winners for the benchmark shapes, used when present (`tuned_config`).
 """
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dg_triton import tuned_files
 from dg_triton.paths import autotune_configs_dir
@@ -153,6 +153,130 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
                           cluster_m=cluster_m)
 
 
+# The part of the L2 a wave's operands can be reused from by a later wave: fitted to Nsight
+# Compute's DRAM reads on the H200 (2026-12-03, benchmarks/results/ncu_l2_group-h200.txt): 30 MB
+# of its 50 (the L2 flush's dirty lines and the two partitions' copies take the rest).
+L2_REUSE_BYTES = 30e6
+
+
+def _merge(intervals):
+    """Sorted, disjoint [lo, hi) intervals covering the same integers."""
+    merged = []
+    for lo, hi in sorted(intervals):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return merged
+
+
+def _length(intervals) -> int:
+    return sum(hi - lo for lo, hi in intervals)
+
+
+def _overlap(a, b) -> int:
+    """How many integers two merged interval lists share."""
+    i = j = shared = 0
+    while i < len(a) and j < len(b):
+        shared += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return shared
+
+
+def _wave_blocks(start: int, end: int, rows: int, cols: int, group_rows: int):
+    """(A block rows, B block columns) that units [start, end) of the scheduler's order touch, as
+    merged intervals. Mirrors PersistentTileScheduler::swizzle (scheduler.cuh): groups of
+    group_rows block rows, each swept column by column."""
+    row_spans, col_spans = [], []
+    group = start // (group_rows * cols)
+    while group * group_rows * cols < end:
+        first, first_row = group * group_rows * cols, group * group_rows
+        rows_in_group = min(rows - first_row, group_rows)
+        lo, hi = max(start, first) - first, min(end, first + rows_in_group * cols) - first
+        if hi - lo >= rows_in_group:
+            row_spans.append((first_row, first_row + rows_in_group))
+        elif lo % rows_in_group <= (hi - 1) % rows_in_group:
+            row_spans.append((first_row + lo % rows_in_group, first_row + (hi - 1) % rows_in_group + 1))
+        else:   # the range wraps from the group's last row to its first
+            row_spans += [(first_row + lo % rows_in_group, first_row + rows_in_group),
+                          (first_row, first_row + (hi - 1) % rows_in_group + 1)]
+        col_spans.append((lo // rows_in_group, (hi - 1) // rows_in_group + 1))
+        group += 1
+    return _merge(row_spans), _merge(col_spans)
+
+
+def tile_order_hbm_bytes(m: int, n: int, k: int, block_m: int, block_n: int, group_m: int,
+                         grid: int, element_bytes: int, cluster_m: int = 1, cluster_n: int = 1,
+                         l2_bytes: float = L2_REUSE_BYTES) -> int:
+    """HBM bytes of A and B that the persistent grid fetches in the scheduler's tile order.
+
+    A wave (`grid` consecutive units, all CTAs at about the same K) reads its distinct block rows
+    of A and block columns of B, whole K. A block an earlier wave read is still in L2 when what
+    the waves since then (this one included) touched fits in `l2_bytes`: every wave streams
+    along K, so a block's K slice is reused after about that many bytes of other traffic. With
+    l2_bytes = 0: no reuse between waves. Matched Nsight Compute's DRAM reads on the H200 within
+    ~15 % over 12 configs (groups 1-32; BF16 4096x4096x7168 to the byte at every group, K = 512
+    from 38 MB to 404, FP8), benchmarks/NOTES.md session 18."""
+    rows = math.ceil(m / block_m) // cluster_m
+    cols = math.ceil(n / block_n) // cluster_n
+    group_rows = max(1, group_m // cluster_m)
+    units, per_wave = rows * cols, max(1, grid // (cluster_m * cluster_n))
+    row_bytes = block_m * cluster_m * k * element_bytes
+    col_bytes = block_n * cluster_n * k * element_bytes
+    waves = [_wave_blocks(s, min(units, s + per_wave), rows, cols, group_rows)
+             for s in range(0, units, per_wave)]
+
+    def size(block_rows, block_cols):
+        return _length(block_rows) * row_bytes + _length(block_cols) * col_bytes
+
+    total = 0
+    for w, (wave_rows, wave_cols) in enumerate(waves):
+        # A block last read by wave j is still in L2 if waves j+1..w together fit: walk back,
+        # growing `recent` (waves j+1..w-1) while they fit beside this wave; the wave that no
+        # longer fits was itself read recently enough to be reused.
+        recent_rows, recent_cols = [], []
+        reusable_rows, reusable_cols = [], []
+        if size(wave_rows, wave_cols) <= l2_bytes:
+            for j in range(w - 1, -1, -1):
+                rows_j, cols_j = waves[j]
+                with_rows, with_cols = _merge(recent_rows + rows_j), _merge(recent_cols + cols_j)
+                reusable_rows, reusable_cols = with_rows, with_cols
+                if size(_merge(with_rows + wave_rows), _merge(with_cols + wave_cols)) > l2_bytes:
+                    break
+                recent_rows, recent_cols = with_rows, with_cols
+        hits = (_overlap(wave_rows, reusable_rows) * row_bytes
+                + _overlap(wave_cols, reusable_cols) * col_bytes)
+        total += size(wave_rows, wave_cols) - hits
+    return total
+
+
+# L2 groups (block rows per band of the persistent tile order) the dense GEMMs choose from; 8 was
+# the only one before 2026-12-03 and stays where no other fetches fewer bytes by the model.
+L2_GROUPS = (1, 2, 4, 8, 16, 32)
+DEFAULT_L2_GROUP = 8
+
+
+def with_l2_group(config: Bf16GemmConfig, m: int, n: int, k: int,
+                  element_bytes: int) -> Bf16GemmConfig:
+    """`config` with the L2 group whose tile order fetches the fewest HBM bytes by
+    tile_order_hbm_bytes, where that is at least 5 % fewer than group 8's (the times of groups
+    the model ties vary run to run by as much, benchmarks/NOTES.md session 18); ties go to the
+    larger group. Split-K configs keep 8: their waves hold every tile of one K range."""
+    if config.num_splits > 1:
+        return config
+    fetched = {group: tile_order_hbm_bytes(m, n, k, config.block_m, config.block_n, group,
+                                           config.num_sms, element_bytes, config.cluster_m,
+                                           config.cluster_n)
+               for group in L2_GROUPS}
+    group = min(L2_GROUPS, key=lambda g: (fetched[g], -g))
+    if fetched[group] > 0.95 * fetched[DEFAULT_L2_GROUP]:
+        group = DEFAULT_L2_GROUP
+    return config if group == config.group_m else replace(config, group_m=group)
+
+
 # The fields of a tuned entry (dg_triton/tuned_files.py, backend "cuda") that must match a problem
 # exactly, per family, in key order.
 _TUNED_KEY_FIELDS = {"bf16_gemm": ("m", "n", "k", "out_bytes", "b_k_major", "num_sms"),
@@ -176,6 +300,16 @@ def _load_tuned_table(family: str) -> dict:
         raise ValueError(f"{path}: an entry lacks the key field {error}") from None
 
 
+def _tuned_l2_group(config: Bf16GemmConfig | None, entry: dict, m: int, n: int, k: int,
+                    element_bytes: int) -> Bf16GemmConfig | None:
+    """A tuned entry's config with its own "group_m" where it names one, else the model's."""
+    if config is None:
+        return None
+    if "group_m" in entry:
+        return replace(config, group_m=entry["group_m"])
+    return with_l2_group(config, m, n, k, element_bytes)
+
+
 def _tuned_table() -> dict:
     return _load_tuned_table("bf16_gemm")
 
@@ -184,8 +318,9 @@ def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | Non
     entry = _tuned_table().get((m, n, k, out_bytes, bool(b_k_major), num_sms))
     if entry is None:
         return None
-    return make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
-                       out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
+    config = make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
+                         out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
+    return _tuned_l2_group(config, entry, m, n, k, 2)
 
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
@@ -213,7 +348,7 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
-    return best[1]
+    return with_l2_group(best[1], m, n, k, 2)
 
 
 # FP8 (fp8_gemm.cuh): each consumer thread holds two sets of BLOCK_N / 2 FP32 values (the scaled
@@ -334,7 +469,7 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     if best is None:
         raise RuntimeError(f"no SM90 FP8 GEMM config for m={m} n={n} k={k}"
                            + (f" with block N dividing {block_n_divides}" if block_n_divides else ""))
-    return best[1]
+    return with_l2_group(best[1], m, n, k, 1)
 
 
 def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None:
@@ -342,8 +477,9 @@ def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None
     entry = _load_tuned_table("fp8_gemm").get((kind, m, n, k, out_bytes, num_sms))
     if entry is None:
         return None
-    return make_fp8_config(kind, m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
-                           out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
+    config = make_fp8_config(kind, m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
+                             out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
+    return _tuned_l2_group(config, entry, m, n, k, 1)
 
 
 # M-grouped BF16 GEMMs (bf16_gemm.cuh with the schedulers of scheduler_grouped.cuh): the dense

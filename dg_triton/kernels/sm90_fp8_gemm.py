@@ -69,6 +69,7 @@ class Fp8GemmKernelSpec:
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
+                f"{f'_g{c.group_m}' if c.group_m != 8 else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property

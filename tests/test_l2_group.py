@@ -1,0 +1,100 @@
+"""The L2 group of the dense GEMMs' persistent tile order: heuristics.sm90.tile_order_hbm_bytes
+against a tile-by-tile simulation of the scheduler's order (scheduler.cuh swizzle) and of the
+reuse rule it states, and the choice with_l2_group makes from it."""
+import math
+import random
+
+import pytest
+
+from dg_triton.heuristics import sm90
+
+
+def _scheduler_order(rows: int, cols: int, group_rows: int):
+    """(row, col) of every unit in PersistentTileScheduler's order, written out as in the kernel."""
+    for index in range(rows * cols):
+        group = index // (group_rows * cols)
+        first_row = group * group_rows
+        rows_in_group = min(rows - first_row, group_rows)
+        in_group = index - group * group_rows * cols
+        yield first_row + in_group % rows_in_group, in_group // rows_in_group
+
+
+def _simulated_bytes(m, n, k, block_m, block_n, group_m, grid, element, cluster_m=1, cluster_n=1,
+                     l2_bytes=sm90.L2_REUSE_BYTES):
+    """Tile by tile: a wave reads its distinct A block rows and B block columns; a block is a hit
+    when the blocks of the waves since its last read, this one included, fit in l2_bytes."""
+    rows, cols = math.ceil(m / block_m) // cluster_m, math.ceil(n / block_n) // cluster_n
+    per_wave = grid // (cluster_m * cluster_n)
+    order = list(_scheduler_order(rows, cols, max(1, group_m // cluster_m)))
+    size = {"a": block_m * cluster_m * k * element, "b": block_n * cluster_n * k * element}
+    waves = [{("a", r) for r, _ in order[s:s + per_wave]} | {("b", c) for _, c in order[s:s + per_wave]}
+             for s in range(0, len(order), per_wave)]
+    last_read, total = {}, 0
+    for w, blocks in enumerate(waves):
+        for block in blocks:
+            since = set().union(*waves[last_read[block] + 1:w + 1]) if block in last_read else None
+            if since is None or sum(size[kind] for kind, _ in since) > l2_bytes:
+                total += size[block[0]]
+            last_read[block] = w
+    return total
+
+
+def test_the_closed_form_equals_a_tile_by_tile_simulation():
+    rng = random.Random(3)
+    for _ in range(150):
+        block_m, block_n = rng.choice([64, 128, 256]), rng.choice([16, 64, 96, 144, 176, 256])
+        cluster_m, cluster_n = rng.choice([(1, 1), (2, 1), (1, 2)])
+        m = rng.randint(1, 40) * block_m * cluster_m - rng.randint(0, block_m - 1)
+        n = rng.randint(1, 40) * block_n * cluster_n - rng.randint(0, block_n - 1)
+        group_m, grid = rng.choice([1, 2, 3, 8, 16, 32]), rng.choice([2, 8, 66, 132])
+        k, element = rng.choice([64, 512, 7168]), rng.choice([1, 2])
+        l2_bytes = rng.choice([0, 1e6, sm90.L2_REUSE_BYTES, 1e9])
+        args = (m, n, k, block_m, block_n, group_m, grid, element, cluster_m, cluster_n)
+        assert sm90.tile_order_hbm_bytes(*args, l2_bytes=l2_bytes) == _simulated_bytes(*args, l2_bytes=l2_bytes), \
+            (args, l2_bytes)
+
+
+@pytest.mark.parametrize("m,n,k,block_m,block_n,group_m,element,measured_mb", [
+    # Nsight Compute DRAM reads on the H200, 132 SMs, one call after the profiler's cache flush
+    # (results/ncu_l2_group-h200.txt, 2026-12-03)
+    (4096, 4096, 7168, 128, 256, 8, 2, 327), (4096, 4096, 7168, 128, 256, 16, 2, 261),
+    (4096, 4096, 7168, 128, 256, 1, 2, 299), (4096, 4096, 7168, 128, 256, 32, 2, 305),
+    (4096, 32768, 512, 128, 256, 32, 2, 38), (4096, 7168, 16384, 128, 256, 16, 2, 1100),
+    (4096, 4096, 7168, 128, 128, 16, 1, 105), (4096, 4096, 7168, 256, 128, 8, 1, 124),
+])
+def test_the_model_is_within_a_sixth_of_the_measured_dram_reads(m, n, k, block_m, block_n, group_m,
+                                                                 element, measured_mb):
+    modelled = sm90.tile_order_hbm_bytes(m, n, k, block_m, block_n, group_m, 132, element) / 1e6
+    assert modelled == pytest.approx(measured_mb, rel=0.16)
+
+
+def test_the_chosen_group_fetches_the_least_and_keeps_8_on_ties():
+    one_wave = sm90.make_config(4096, 576, 128, 144, 1, 7168, 2, 132)   # 128 tiles: one wave
+    assert sm90.with_l2_group(one_wave, 4096, 576, 7168, 2).group_m == sm90.DEFAULT_L2_GROUP
+    square = sm90.make_config(4096, 4096, 128, 256, 1, 7168, 2, 132)
+    chosen = sm90.with_l2_group(square, 4096, 4096, 7168, 2)
+    fetched = {g: sm90.tile_order_hbm_bytes(4096, 4096, 7168, 128, 256, g, 132, 2) for g in sm90.L2_GROUPS}
+    assert chosen.group_m == 16 and fetched[16] == min(fetched.values())
+    assert chosen == square.__class__(**{**square.__dict__, "group_m": 16})
+    # short K, wide N: A stays in L2 while the band of 32 block rows sweeps B once
+    wide = sm90.make_config(4096, 32768, 128, 256, 1, 512, 2, 132)
+    assert sm90.with_l2_group(wide, 4096, 32768, 512, 2).group_m == 32
+    # within 5 % of group 8's bytes: group 8 stays
+    close = sm90.make_config(4096, 7168, 128, 128, 1, 16384, 1, 132)
+    assert sm90.with_l2_group(close, 4096, 7168, 16384, 1).group_m == 8
+
+
+def test_split_k_configs_keep_the_default_group():
+    config = sm90.make_config(128, 4096, 64, 64, 2, 7168, 2, 132)
+    assert config.num_splits == 2
+    assert sm90.with_l2_group(config, 128, 4096, 7168, 2) is config
+
+
+def test_choosers_return_the_model_group_and_tuned_entries_may_name_their_own(monkeypatch):
+    config = sm90.choose_bf16_gemm_config(4096, 4096, 7168, 2, 132)
+    assert config.group_m == sm90.with_l2_group(config, 4096, 4096, 7168, 2).group_m
+    fp8 = sm90.choose_fp8_gemm_config(4096, 7168, 16384, 2, 132)
+    assert fp8.group_m == sm90.with_l2_group(fp8, 4096, 7168, 16384, 1).group_m
+    entry = {"block_m": 128, "block_n": 256, "num_splits": 1, "group_m": 4}
+    monkeypatch.setattr(sm90, "_tuned_table", lambda: {(4096, 4096, 7168, 2, True, 132): entry})
+    assert sm90.choose_bf16_gemm_config(4096, 4096, 7168, 2, 132).group_m == 4
