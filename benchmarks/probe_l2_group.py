@@ -8,10 +8,10 @@ model MB column also counts blocks reused from L2). Under
 the H200's 700 W cap fewer DRAM bytes are more clock. For each shape: the heuristic pick (tuned
 entry or cost model) with every group of --group-ms, the model's MB for each, checked against the
 reference (NaN-poisoned output; BF16 calc_diff < 1e-5, FP8 < 1e-3) and timed in alternation with
-cuBLAS (three rounds, CUDA-graph replay, L2 flushed). Compiled dims as the API's defaults ("nk").
+cuBLAS (--rounds rounds, CUDA-graph replay, L2 flushed). Compiled dims as the API's defaults ("nk").
 
-    python benchmarks/probe_l2_group.py [--families bf16,fp8] [--group-ms 4,8,16,32]
-                                        [--shapes 4096x4096x7168,...]
+    python benchmarks/probe_l2_group.py [--families bf16,fp8] [--group-ms 4,8,16,32 | 8,model]
+                                        [--shapes 4096x4096x7168,...] [--rounds 3]
     python benchmarks/probe_l2_group.py --prebuild   # compile every binary (no GPU) into DG_JIT_CACHE_DIR
 """
 import argparse
@@ -48,8 +48,15 @@ def spec_for(family, config, n, k):
 
 
 def configs_for(family, m, n, k, group_ms):
+    """The heuristic pick with each group of group_ms; "model" is the pick's own group
+    (heuristics.sm90.with_l2_group), listed once."""
     base = pick(family, m, n, k)
-    return [dataclasses.replace(base, group_m=g) for g in group_ms]
+    groups = []
+    for g in group_ms:
+        g = base.group_m if g == "model" else int(g)
+        if g not in groups:
+            groups.append(g)
+    return [dataclasses.replace(base, group_m=g) for g in groups]
 
 
 def model_mb(family, config, m, n, k):
@@ -103,7 +110,7 @@ def runs_for(family, m, n, k, configs):
         ref, d, 1e-3
 
 
-def measure(families, shapes, group_ms):
+def measure(families, shapes, group_ms, rounds):
     from dg_triton import testing
     lines = ["| family | shape | config | group | model MB | us | TFLOPS | vs group 8 | vs cuBLAS |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -120,13 +127,17 @@ def measure(families, shapes, group_ms):
                 assert torch.isfinite(d).all() and diff < threshold, \
                     f"{family} {m}x{n}x{k} group {config.group_m}: calc_diff {diff:.3g}"
             times = [[] for _ in range(len(runs) + 1)]
-            for _ in range(3):
+            for _ in range(rounds):
                 for i, run in enumerate(runs + [cublas]):
                     times[i].append(testing.bench_graph(run, warmup_ms=5, rep_ms=30))
             medians = [statistics.median(t) for t in times]
-            base = medians[group_ms.index(8)] if 8 in group_ms else medians[0]
+            groups = [c.group_m for c in configs]
+            base = medians[groups.index(8)] if 8 in groups else medians[0]
+            chosen = pick(family, m, n, k).group_m
             for config, us in zip(configs, medians):
-                ratios.setdefault((family, config.group_m), []).append(medians[-1] / us)
+                ratios.setdefault((family, str(config.group_m)), []).append(medians[-1] / us)
+                if config.group_m == chosen:
+                    ratios.setdefault((family, "model"), []).append(medians[-1] / us)
                 lines.append(f"| {family} | {m}x{n}x{k} | {config.block_m}x{config.block_n}"
                              f"s{config.num_stages} | {config.group_m} | "
                              f"{model_mb(family, config, m, n, k):.0f} | {us:.1f} | "
@@ -137,23 +148,26 @@ def measure(families, shapes, group_ms):
             print(lines[-1], flush=True)
     print("\n".join(lines))
     for (family, group), values in sorted(ratios.items()):
-        print(f"{family} group {group}: geomean vs cuBLAS {statistics.geometric_mean(values):.3f}")
+        print(f"{family} group {group}: geomean vs cuBLAS {statistics.geometric_mean(values):.3f} "
+              f"over {len(values)} shapes")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--families", default="bf16,fp8")
-    parser.add_argument("--group-ms", default="4,8,16,32")
+    parser.add_argument("--group-ms", default="4,8,16,32",
+                        help='comma-separated groups; "model": the heuristics\' own choice')
+    parser.add_argument("--rounds", type=int, default=3, help="alternated timing rounds")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     parser.add_argument("--prebuild", action="store_true", help="compile only (no GPU needed)")
     args = parser.parse_args()
     families = args.families.split(",")
-    group_ms = [int(x) for x in args.group_ms.split(",")]
+    group_ms = [x if x == "model" else int(x) for x in args.group_ms.split(",")]
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.prebuild:
         prebuild(families, shapes, group_ms)
     else:
-        measure(families, shapes, group_ms)
+        measure(families, shapes, group_ms, args.rounds)
 
 
 if __name__ == "__main__":
