@@ -156,7 +156,8 @@ def bench_shape(m, n, k, out_dtype, anchor_us, sweep, rows, table, tuned):
                   _portable_config_name(portable.BF16_GEMM, m, n, k) if cfg is None else
                   f"{cfg.block_m}x{cfg.block_n}s{cfg.num_stages}" + (f"k{cfg.num_splits}" if cfg.num_splits > 1 else "")
                   + (f"c{cfg.cluster_n}" if cfg.cluster_n > 1 else "")
-                  + (f"cm{cfg.cluster_m}" if cfg.cluster_m > 1 else ""),
+                  + (f"cm{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
+                  + (f"g{cfg.group_m}" if cfg.group_m != heuristics.DEFAULT_L2_GROUP else ""),
                   us, tflops(m, n, k, us), cublas_us, anchor_us))
     if sweep:
         best = sweep_configs(m, n, k, a, b, d, ref)

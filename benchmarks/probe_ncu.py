@@ -29,6 +29,8 @@ def call_for(variant: str, m: int, n: int, k: int):
     variant = variant.removesuffix(group.group(0)) if group else variant
     with_group = (lambda config: dataclasses.replace(config, group_m=int(group.group(1)))) if group \
         else (lambda config: config)
+    if group and variant in ("bf16", "cublas_bf16", "fp8", "fp8_1d1d", "cublas_fp8"):
+        raise SystemExit(f"{variant}: _gG applies to forced tiles only (bf16_BMxBN_gG, fp8_BMxBN_gG)")
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
     d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")

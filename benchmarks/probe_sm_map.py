@@ -1,11 +1,11 @@
 """Probe: where a persistent grid's CTAs land, and which SMs see which L2 lines as near.
 
-The L2 group of the tile order (probe_l2_group.py) changed BF16 GEMM times by up to 8 % even on
-a shape of a single wave (4096x576x7168), where it changes nothing but which CTA takes which
-tile: so the placement of CTAs on SMs matters. This launches 132 CTAs of one thread each (200 KB
-of shared memory apiece, so one CTA per SM, as the GEMMs run) and records, per CTA, its %smid and
-the L2-hit latency (clock64, 8 dependent ld.global.cg) of each of `--lines` 128-byte lines of one
-buffer. An H100/H200's L2 is two partitions; a line is nearer to the SMs of one side. Printed:
+The L2 group of the tile order (probe_l2_group.py) changed the time of a single-wave shape
+(FP8 4096x576x7168) by 11 % in one run, though there it changes nothing but which CTA takes which
+tile: so the placement of CTAs on SMs may matter. This launches 132 CTAs (200 KB of shared
+memory apiece, so one CTA per SM, as the GEMMs run; one thread of each measures) and records, per
+CTA, its %smid and the L2-hit latency (clock64, 8 dependent ld.global.cg) of each of `--lines`
+128-byte lines of one buffer. An H100/H200's L2 is two partitions; a line is nearer to the SMs of one side. Printed:
 blockIdx -> smid, and the SMs grouped by which lines they see as fast (the L2 side, inferred).
 Raw numbers to $OUT/sm_map.json when OUT is set.
 

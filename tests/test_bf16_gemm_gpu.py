@@ -326,9 +326,10 @@ def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, clust
     from dg_triton.heuristics.sm90 import make_config
     from dg_triton.kernels import sm90_bf16_gemm
 
-    m, n, k = 1500, 1304, 520   # D rows of 2608 bytes: TMA needs multiples of 16
-    if -(-m // block_m) % cluster_m or -(-n // block_n) % cluster_n:
-        m, n = 1536, 1280
+    # M and N tails with whole clusters along each axis; D rows of 2608 / 2480 bytes (TMA needs
+    # multiples of 16)
+    m, n, k = 1500, 1240 if cluster_n == 2 else 1304, 520
+    assert -(-m // block_m) % cluster_m == 0 and -(-n // block_n) % cluster_n == 0
     a, b = operands("nt", m, n, k)
     expected = gemm_reference(a, b, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), None, "nt")
     config = make_config(m, n, block_m, block_n, 1, k, 2, 8, cluster_n, cluster_m)

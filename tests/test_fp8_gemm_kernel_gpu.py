@@ -136,17 +136,17 @@ def test_fp8_kernel_256_row_tiles_equal_128_row_tiles_bitwise_on_a_small_grid(bl
 def test_fp8_kernel_every_l2_group_equals_group_8_bitwise(block_m, cluster_m, cluster_n):
     """The L2 group only reorders which tiles a CTA takes (scheduler.cuh swizzle): each element
     is computed the same way whatever the order, so every group's output must equal group 8's bit
-    for bit. Groups 1 and 3 and 32 (more rows than the 12-row grid, a last partial group), M and N
-    tails, eight CTAs walking many tiles each."""
+    for bit. Groups 1 and 3 and 32 (more rows than the 12-row grids, a last partial group), M and N
+    tails with whole clusters along each axis, eight CTAs walking many tiles each."""
     _require_sm90()
     import dataclasses
     from dg_triton.heuristics.sm90 import make_fp8_config
     from dg_triton.testing import calc_diff
 
     block_n = 112 if cluster_n == 1 else 64
-    m, n, k = 1500, 1304, 528   # 16-byte multiples: D rows (bf16) and A / B rows (FP8)
-    if -(-m // block_m) % cluster_m or -(-n // block_n) % cluster_n:
-        m, n = 1536, 1280
+    # 12 block rows either way; 16-byte multiples for D rows (bf16) and A / B rows (FP8)
+    m, n, k = 3000 if block_m == 256 else 1500, 1240 if cluster_n == 2 else 1304, 528
+    assert -(-m // block_m) % cluster_m == 0 and -(-n // block_n) % cluster_n == 0
     a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, "1d2d")
     config = make_fp8_config("1d2d", m, n, block_m, block_n, 1, k, 2, 8, cluster_n, cluster_m)
     assert config is not None

@@ -31,6 +31,9 @@ L2_BYTES_PER_CLOCK = 64.0          # sustained L2 -> SM per SM with all SMs read
 HBM_BYTES_PER_CLOCK = 4.2e12 / 1.8e9
 UNIT_OVERHEAD_CLOCKS = 3000.0      # pipeline fill + epilogue not hidden behind the next unit
 SPLIT_OVERHEAD_CLOCKS = 4000.0     # counter round trip and the last CTA's reduction latency
+# Block rows per band of the persistent tile order (scheduler.cuh) in every config make_config
+# returns; with_l2_group may widen it.
+DEFAULT_L2_GROUP = 8
 
 
 @dataclass(frozen=True)
@@ -148,14 +151,14 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
         return None
     units = m_blocks * n_blocks * num_splits
     grid = min(num_sms // cluster * cluster, units)
-    return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages, group_m=8,
-                          num_sms=grid, num_splits=num_splits, cluster_n=cluster_n,
-                          cluster_m=cluster_m)
-
+    return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages,
+                          group_m=DEFAULT_L2_GROUP, num_sms=grid, num_splits=num_splits,
+                          cluster_n=cluster_n, cluster_m=cluster_m)
 
 # The part of the L2 a wave's operands can be reused from by a later wave: fitted to Nsight
 # Compute's DRAM reads on the H200 (2026-12-03, benchmarks/results/ncu_l2_group-h200.txt): 30 MB
-# of its 50 (the L2 flush's dirty lines and the two partitions' copies take the rest).
+# of its 50 (why not all of it is not measured; the benchmark's L2 flush leaves dirty lines, and
+# the two L2 partitions may each keep a copy of a line).
 L2_REUSE_BYTES = 30e6
 
 
@@ -210,24 +213,29 @@ def _wave_blocks(start: int, end: int, rows: int, cols: int, group_rows: int):
 
 def tile_order_hbm_bytes(m: int, n: int, k: int, block_m: int, block_n: int, group_m: int,
                          grid: int, element_bytes: int, cluster_m: int = 1, cluster_n: int = 1,
-                         l2_bytes: float = L2_REUSE_BYTES) -> int:
-    """HBM bytes of A and B that the persistent grid fetches in the scheduler's tile order.
+                         l2_bytes: float = L2_REUSE_BYTES, max_waves: int | None = None) -> int:
+    """HBM bytes of A and B that the persistent grid fetches in the scheduler's tile order (in
+    its first `max_waves` waves, where given).
 
     A wave (`grid` consecutive units, all CTAs at about the same K) reads its distinct block rows
     of A and block columns of B, whole K. A block an earlier wave read is still in L2 when what
     the waves since then (this one included) touched fits in `l2_bytes`: every wave streams
     along K, so a block's K slice is reused after about that many bytes of other traffic. With
-    l2_bytes = 0: no reuse between waves. Matched Nsight Compute's DRAM reads on the H200 within
-    ~15 % over 12 configs (groups 1-32; BF16 4096x4096x7168 to the byte at every group, K = 512
-    from 38 MB to 404, FP8), benchmarks/NOTES.md session 18."""
+    l2_bytes = 0: no reuse between waves. Against Nsight Compute's DRAM reads on the H200
+    (benchmarks/NOTES.md session 18): BF16 4096x4096x7168 exact at the five groups measured (1, 2,
+    8, 16, 32), 11 of 12 configs within 16 %, the worst 26 % over (4096x32768x512 at group 2:
+    509 MB modelled, 404 read)."""
     rows = math.ceil(m / block_m) // cluster_m
     cols = math.ceil(n / block_n) // cluster_n
     group_rows = max(1, group_m // cluster_m)
     units, per_wave = rows * cols, max(1, grid // (cluster_m * cluster_n))
     row_bytes = block_m * cluster_m * k * element_bytes
     col_bytes = block_n * cluster_n * k * element_bytes
+    num_waves = -(-units // per_wave)
+    if rows * row_bytes + cols * col_bytes <= l2_bytes and (max_waves is None or max_waves >= num_waves):
+        return rows * row_bytes + cols * col_bytes   # everything fits: each block read once
     waves = [_wave_blocks(s, min(units, s + per_wave), rows, cols, group_rows)
-             for s in range(0, units, per_wave)]
+             for s in range(0, units, per_wave)[:max_waves]]
 
     def size(block_rows, block_cols):
         return _length(block_rows) * row_bytes + _length(block_cols) * col_bytes
@@ -236,50 +244,59 @@ def tile_order_hbm_bytes(m: int, n: int, k: int, block_m: int, block_n: int, gro
     for w, (wave_rows, wave_cols) in enumerate(waves):
         # A block last read by wave j is still in L2 if waves j+1..w together fit: walk back,
         # growing `recent` (waves j+1..w-1) while they fit beside this wave; the wave that no
-        # longer fits was itself read recently enough to be reused.
+        # longer fits was itself read recently enough to be reused. The walk stops early once
+        # every block of this wave is found.
         recent_rows, recent_cols = [], []
         reusable_rows, reusable_cols = [], []
-        if size(wave_rows, wave_cols) <= l2_bytes:
+        wave_size = size(wave_rows, wave_cols)
+        if wave_size <= l2_bytes:
             for j in range(w - 1, -1, -1):
                 rows_j, cols_j = waves[j]
                 with_rows, with_cols = _merge(recent_rows + rows_j), _merge(recent_cols + cols_j)
                 reusable_rows, reusable_cols = with_rows, with_cols
+                if (_overlap(wave_rows, with_rows) * row_bytes + _overlap(wave_cols, with_cols) * col_bytes
+                        == wave_size):
+                    break
                 if size(_merge(with_rows + wave_rows), _merge(with_cols + wave_cols)) > l2_bytes:
                     break
                 recent_rows, recent_cols = with_rows, with_cols
         hits = (_overlap(wave_rows, reusable_rows) * row_bytes
                 + _overlap(wave_cols, reusable_cols) * col_bytes)
-        total += size(wave_rows, wave_cols) - hits
+        total += wave_size - hits
     return total
 
 
-# L2 groups (block rows per band of the persistent tile order) the dense GEMMs choose from; 8 was
-# the only one before 2026-12-03 and stays unless another fetches at most half its HBM bytes.
-L2_GROUPS = (1, 2, 4, 8, 16, 32)
-DEFAULT_L2_GROUP = 8
+# L2 groups with_l2_group may widen the default band to, for K up to L2_GROUP_MAX_K, where a
+# group at most L2_GROUP_MIN_SAVING times group 8's modelled bytes is taken. The bytes compared
+# are those of the first L2_GROUP_MODEL_WAVES waves (the order repeats band by band; this bounds
+# the host time of a first call).
+L2_GROUPS = (8, 16, 32)
+L2_GROUP_MAX_K = 2048
 L2_GROUP_MIN_SAVING = 0.5
+L2_GROUP_MODEL_WAVES = 48
 
 
 def with_l2_group(config: Bf16GemmConfig, m: int, n: int, k: int,
                   element_bytes: int) -> Bf16GemmConfig:
-    """`config` with the L2 group whose tile order fetches the fewest HBM bytes by
-    tile_order_hbm_bytes (ties: the larger group), where that is at most half of group 8's;
-    else group 8. Measured on the H200 (benchmarks/NOTES.md session 18): the big savings are
-    the short-K, wide-N shapes, where A stays in L2 while a band of 32 block rows sweeps B
-    (4096x32768x512 BF16: 138 -> 38 MB, +0.1-3 %; 4096x24576x1536 +0.6-6.6 %); smaller savings
-    at long K (4096x4096x7168: 327 -> 261 MB at group 16) moved times by -3..+2 %, run-to-run
-    noise's size, and FP8 4096x4096x7168 at group 16 measured 0.4-3 % slower in four runs.
-    Split-K configs keep 8: their waves hold every tile of one K range."""
-    if config.num_splits > 1:
+    """`config` with a wider L2 group where the model says it at least halves the HBM bytes,
+    at K <= L2_GROUP_MAX_K; else unchanged (group 8). Measured on the H200 (benchmarks/NOTES.md
+    session 18), group 32 against 8 over four probe runs: BF16 4096x24576x1536 +0.6..+6.6 %,
+    4096x32768x512 +0.1..+2.7 % (Nsight Compute: 404 MB of DRAM reads at group 2, 38 at 32), FP8
+    4096x24576x1536 -1.6..+3.1 %: A stays in L2 while a band of 32 block rows sweeps B. At long K
+    the model's savings (4096x4096x7168 BF16: 327 -> 261 MB at group 16) moved no time in Nsight
+    Compute, per-group times in the probe did not repeat from run to run, and FP8
+    4096x4096x7168 at group 16 read 0.4-3 % slower in three runs: so long K and narrower groups
+    are left alone. Split-K configs keep their group: their waves hold every tile of a K range."""
+    if config.num_splits > 1 or k > L2_GROUP_MAX_K:
         return config
     fetched = {group: tile_order_hbm_bytes(m, n, k, config.block_m, config.block_n, group,
                                            config.num_sms, element_bytes, config.cluster_m,
-                                           config.cluster_n)
+                                           config.cluster_n, max_waves=L2_GROUP_MODEL_WAVES)
                for group in L2_GROUPS}
     group = min(L2_GROUPS, key=lambda g: (fetched[g], -g))
-    if fetched[group] > L2_GROUP_MIN_SAVING * fetched[DEFAULT_L2_GROUP]:
-        group = DEFAULT_L2_GROUP
-    return config if group == config.group_m else replace(config, group_m=group)
+    if fetched[group] > L2_GROUP_MIN_SAVING * fetched[config.group_m]:
+        return config
+    return replace(config, group_m=group)
 
 
 # The fields of a tuned entry (dg_triton/tuned_files.py, backend "cuda") that must match a problem
@@ -305,14 +322,16 @@ def _load_tuned_table(family: str) -> dict:
         raise ValueError(f"{path}: an entry lacks the key field {error}") from None
 
 
-def _tuned_l2_group(config: Bf16GemmConfig | None, entry: dict, m: int, n: int, k: int,
-                    element_bytes: int) -> Bf16GemmConfig | None:
-    """A tuned entry's config with its own "group_m" where it names one, else the model's."""
-    if config is None:
-        return None
-    if "group_m" in entry:
-        return replace(config, group_m=entry["group_m"])
-    return with_l2_group(config, m, n, k, element_bytes)
+def _tuned_l2_group(config: Bf16GemmConfig | None, entry: dict) -> Bf16GemmConfig | None:
+    """A tuned entry's config with the L2 group it was measured at: its "group_m", else 8 (the
+    sweeps time group 8 only)."""
+    if config is None or "group_m" not in entry:
+        return config
+    group = entry["group_m"]
+    if not isinstance(group, int) or isinstance(group, bool) or not 1 <= group <= 256:
+        raise ValueError(f"a tuned entry's group_m must be an int from 1 to 256, got {group!r} "
+                         f"(entry {entry})")
+    return replace(config, group_m=group)
 
 
 def _tuned_table() -> dict:
@@ -325,7 +344,7 @@ def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | Non
         return None
     config = make_config(m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
                          out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
-    return _tuned_l2_group(config, entry, m, n, k, 2)
+    return _tuned_l2_group(config, entry)
 
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
@@ -484,7 +503,7 @@ def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None
         return None
     config = make_fp8_config(kind, m, n, entry["block_m"], entry["block_n"], entry["num_splits"], k,
                              out_bytes, num_sms, entry.get("cluster_n", 1), entry.get("cluster_m", 1))
-    return _tuned_l2_group(config, entry, m, n, k, 1)
+    return _tuned_l2_group(config, entry)
 
 
 # M-grouped BF16 GEMMs (bf16_gemm.cuh with the schedulers of scheduler_grouped.cuh): the dense
@@ -550,7 +569,6 @@ def _masked_fp8_decode_config(num_groups: int, rows_per_group: int, rows: int, n
 def _grid_within_tiles(config: Bf16GemmConfig, stacks: int, rows: int, n: int,
                        num_sms: int) -> Bf16GemmConfig:
     """The config with a persistent grid no larger than the tiles `stacks` x `rows` x n make."""
-    from dataclasses import replace
     most_tiles = stacks * math.ceil(rows / config.block_m) * math.ceil(n / config.block_n)
     return replace(config, num_sms=max(1, min(num_sms, most_tiles)))
 

@@ -13,7 +13,7 @@ import torch
 from dg_triton import settings
 from dg_triton import dispatch
 from dg_triton.dispatch import print_config_once
-from dg_triton.heuristics.sm90 import (Bf16GemmConfig, bf16_gemm_shared_memory,
+from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, bf16_gemm_shared_memory,
                                        choose_bf16_gemm_config, epilogue_swizzle_bytes)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
@@ -45,7 +45,7 @@ class Bf16GemmKernelSpec:
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
-                f"{f'_g{c.group_m}' if c.group_m != 8 else ''}"
+                f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property

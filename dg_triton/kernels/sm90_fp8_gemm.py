@@ -16,8 +16,8 @@ from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.env import env_flag
 from dg_triton.errors import reject
-from dg_triton.heuristics.sm90 import (Bf16GemmConfig, choose_fp8_gemm_config, fp8_gemm_shared_memory,
-                                      fp8_overlaps_promotion)
+from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, choose_fp8_gemm_config,
+                                      fp8_gemm_shared_memory, fp8_overlaps_promotion)
 from dg_triton.jit import compiler, sass_yield, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
@@ -69,7 +69,7 @@ class Fp8GemmKernelSpec:
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
-                f"{f'_g{c.group_m}' if c.group_m != 8 else ''}"
+                f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property
