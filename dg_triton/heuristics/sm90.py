@@ -155,6 +155,7 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
                           group_m=DEFAULT_L2_GROUP, num_sms=grid, num_splits=num_splits,
                           cluster_n=cluster_n, cluster_m=cluster_m)
 
+
 # The part of the L2 a wave's operands can be reused from by a later wave: fitted to Nsight
 # Compute's DRAM reads on the H200 (2026-12-03, benchmarks/results/ncu_l2_group-h200.txt): 30 MB
 # of its 50 (why not all of it is not measured; the benchmark's L2 flush leaves dirty lines, and
@@ -286,15 +287,16 @@ def with_l2_group(config: Bf16GemmConfig, m: int, n: int, k: int,
     the model's savings (4096x4096x7168 BF16: 327 -> 261 MB at group 16) moved no time in Nsight
     Compute, per-group times in the probe did not repeat from run to run, and FP8
     4096x4096x7168 at group 16 read 0.4-3 % slower in three runs: so long K and narrower groups
-    are left alone. Split-K configs keep their group: their waves hold every tile of a K range."""
-    if config.num_splits > 1 or k > L2_GROUP_MAX_K:
+    are left alone. Split-K configs keep their group: their waves hold every tile of a K range;
+    so does a config whose group is not the default (a tuned entry's)."""
+    if config.num_splits > 1 or k > L2_GROUP_MAX_K or config.group_m != DEFAULT_L2_GROUP:
         return config
     fetched = {group: tile_order_hbm_bytes(m, n, k, config.block_m, config.block_n, group,
                                            config.num_sms, element_bytes, config.cluster_m,
                                            config.cluster_n, max_waves=L2_GROUP_MODEL_WAVES)
                for group in L2_GROUPS}
     group = min(L2_GROUPS, key=lambda g: (fetched[g], -g))
-    if fetched[group] > L2_GROUP_MIN_SAVING * fetched[config.group_m]:
+    if fetched[group] > L2_GROUP_MIN_SAVING * fetched[DEFAULT_L2_GROUP]:
         return config
     return replace(config, group_m=group)
 
