@@ -21,11 +21,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import dg_triton  # noqa: E402
 from dg_triton import testing  # noqa: E402
 from dg_triton.heuristics.sm90 import choose_fp8_gemm_config, make_fp8_config  # noqa: E402
-from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
+from fp8_probe_operands import fp8_1d2d_operands  # noqa: E402
 
 SHAPES = [(4096, 2112, 7168), (4096, 576, 7168), (4096, 24576, 1536), (4096, 32768, 512),
           (4096, 7168, 16384), (4096, 4096, 7168), (4096, 7168, 2048)]
@@ -51,14 +51,8 @@ def main():
     lines = ["| shape | config | us | TFLOPS | vs heuristic pick | vs cuBLAS block-wise |",
              "|---|---|---|---|---|---|"]
     for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
-        ref = a.float() @ b.float().T
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
-        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+        ops = fp8_1d2d_operands(m, n, k)
+        d, ref = ops.d, ops.ref
         configs = [(choose_fp8_gemm_config(m, n, k, 2, 132), ())]
         for block_n in block_ns:
             config = make_fp8_config("1d2d", m, n, 256, block_n, 1, k, 2, 132)
@@ -69,8 +63,7 @@ def main():
                 configs += [(grouped, defines) for defines in variants if (grouped, defines) not in configs]
         runs, names = [], []
         for config, defines in configs:
-            run = (lambda config=config, defines=defines: sm90_fp8_gemm.run(
-                "probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines))
+            run = (lambda config=config, defines=defines: ops.run(config, "", defines))
             d.fill_(float("nan"))
             run()
             torch.cuda.synchronize()
@@ -83,8 +76,7 @@ def main():
                 continue
             runs.append(run)
             names.append(name(config, defines))
-        scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
-        runs.append(lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16))
+        runs.append(ops.cublas_blockwise())
         names.append("cuBLAS block-wise")
         times = [[] for _ in runs]
         for _ in range(3):

@@ -21,11 +21,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import dg_triton  # noqa: E402
 from dg_triton import testing  # noqa: E402
 from dg_triton.heuristics.sm90 import choose_fp8_gemm_config, make_fp8_config  # noqa: E402
-from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
+from fp8_probe_operands import fp8_1d2d_operands  # noqa: E402
 
 SHAPES = [(128, 4096, 7168), (128, 2112, 7168), (128, 7168, 2048), (128, 24576, 1536),
           (64, 4096, 7168), (64, 2112, 7168), (64, 7168, 2048), (64, 24576, 1536)]
@@ -66,18 +66,11 @@ def main():
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     lines = ["| shape | config | us | vs heuristic pick |", "|---|---|---|---|"]
     for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
-        ref = a.float() @ b.float().T
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
-        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+        ops = fp8_1d2d_operands(m, n, k)
+        d, ref = ops.d, ops.ref
         runs, names = [], []
         for config, defines in candidates(m, n, k, args.leader, block):
-            run = (lambda config=config, defines=defines: sm90_fp8_gemm.run(
-                "probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines))
+            run = (lambda config=config, defines=defines: ops.run(config, "", defines))
             d.fill_(float("nan"))
             run()
             torch.cuda.synchronize()

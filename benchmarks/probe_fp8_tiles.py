@@ -20,6 +20,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
@@ -56,29 +57,21 @@ def prebuild(shapes, names):
 
 
 def measure(shapes, names, rounds):
-    import dg_triton
     from dg_triton import testing
+    from fp8_probe_operands import fp8_1d2d_operands
     lines = ["| shape | config | us | TFLOPS | vs pick | vs cuBLAS |", "|---|---|---|---|---|---|"]
     for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
-        ref = a.float() @ b.float().T
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
-        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
+        ops = fp8_1d2d_operands(m, n, k)
+        d, ref = ops.d, ops.ref
         configs = configs_for(m, n, k, names)
-        runs = [lambda c=c: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "nk", c)
-                for _, c in configs]
+        runs = [lambda c=c: ops.run(c, "nk") for _, c in configs]
         for (name, _), run in zip(configs, runs):
             d.fill_(float("nan"))
             run()
             torch.cuda.synchronize()
             diff = float(testing.calc_diff(d.float(), ref))
             assert torch.isfinite(d).all() and diff < 1e-3, f"{m}x{n}x{k} {name}: calc_diff {diff:.3g}"
-        scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
-        runs.append(lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16))
+        runs.append(ops.cublas_blockwise())
         times = [[] for _ in runs]
         for _ in range(rounds):
             for i, run in enumerate(runs):

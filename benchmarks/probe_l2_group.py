@@ -26,6 +26,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm  # noqa: E402
@@ -86,28 +87,20 @@ def prebuild(families, shapes, group_ms):
 
 def runs_for(family, m, n, k, configs):
     """(checked runs of each config, the cuBLAS run, the reference and the output)."""
-    import dg_triton
+    if family == "fp8":
+        from fp8_probe_operands import fp8_1d2d_operands
+        ops = fp8_1d2d_operands(m, n, k)
+        return [lambda c=c: ops.run(c, "nk") for c in configs], ops.cublas_blockwise(), ops.ref, ops.d, 1e-3
     from dg_triton import validation
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    ref = a.float() @ b.float().T
-    if family == "bf16":
-        result = validation.bf16_gemm("probe", a, b, d, None)
-        problem, addresses = result[:7], result[7]
-        runs = [lambda c=c: sm90_bf16_gemm.run("probe", a, b, d, problem, addresses, False, "nk", c)
-                for c in configs]
-        d_ref = torch.empty_like(d)
-        return runs, (lambda: torch.matmul(a, b.T, out=d_ref)), ref, d, 1e-5
-    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-    b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
-    layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
-    problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
-    runs = [lambda c=c: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "nk", c)
+    result = validation.bf16_gemm("probe", a, b, d, None)
+    problem, addresses = result[:7], result[7]
+    runs = [lambda c=c: sm90_bf16_gemm.run("probe", a, b, d, problem, addresses, False, "nk", c)
             for c in configs]
-    scale_a, scale_b = sfa.t().contiguous().t(), sfb.t()
-    return runs, (lambda: torch._scaled_mm(a_q, b_q.t(), scale_a, scale_b, out_dtype=torch.bfloat16)), \
-        ref, d, 1e-3
+    d_ref = torch.empty_like(d)
+    return runs, (lambda: torch.matmul(a, b.T, out=d_ref)), a.float() @ b.float().T, d, 1e-5
 
 
 def measure(families, shapes, group_ms, rounds):
