@@ -11,6 +11,11 @@ the copy: captured in a graph, ``copy_`` becomes a copy-engine memcpy node, abou
 on the H200 than the copy kernel eager mode runs, which would flatter us. Every case is checked
 against its reference before it is timed.
 
+Each of the three is also given as device time (testing.device_us_per_call: the CUPTI durations
+of the call's kernels and memcpys, L2 flushed before each call). The SF-layout kernels move 1-9 MB
+in 1-3 us, so a graph replay's ~4 us launch cost, absent inside a captured model, would otherwise
+be most of what the replay column measures; the device columns compare the work itself.
+
     python benchmarks/bench_prologue.py
 """
 import argparse
@@ -86,15 +91,23 @@ def case_rows(rows, table, name, shape, ours_fn, eager_fn, moved_bytes, check):
     copy_us = testing.bench(functools.partial(dst.copy_, src), num_warmups=3, num_tests=20,
                             high_precision=True) * 1e6
     eager_us = testing.bench(eager_fn, num_warmups=3, num_tests=10, high_precision=True) * 1e6
+    ours_dev = testing.device_us_per_call(ours_fn)[0]
+    copy_dev = testing.device_us_per_call(functools.partial(dst.copy_, src))[0]
+    eager_dev = testing.device_us_per_call(eager_fn, num_tests=10)[0]
     gbps = moved_bytes / ours_us / 1e3
     rows.append({"name": name, "shape": shape,
-                 "ours": {"us": round(ours_us, 2), "tflops": None, "gbps": round(gbps, 1)},
-                 "baselines": {"copy": {"us": round(copy_us, 2), "gbps": round(moved_bytes / copy_us / 1e3, 1)},
+                 "ours": {"us": round(ours_us, 2), "tflops": None, "gbps": round(gbps, 1),
+                          "device_us": round(ours_dev, 2)},
+                 "baselines": {"copy": {"us": round(copy_us, 2), "gbps": round(moved_bytes / copy_us / 1e3, 1),
+                                        "device_us": round(copy_dev, 2)},
                                "torch_eager": {"us": round(eager_us, 2),
-                                               "gbps": round(moved_bytes / eager_us / 1e3, 1)}}})
-    table.append((name, "x".join(str(v) for v in shape.values()), ours_us, gbps, copy_us, eager_us))
+                                               "gbps": round(moved_bytes / eager_us / 1e3, 1),
+                                               "device_us": round(eager_dev, 2)}}})
+    table.append((name, "x".join(str(v) for v in shape.values()), ours_us, gbps, copy_us, eager_us,
+                  ours_dev, copy_dev, eager_dev))
     print(f"{name} {shape}: ours {ours_us:.1f} us ({gbps:.0f} GB/s), copy {copy_us:.1f} us, "
-          f"eager {eager_us:.1f} us", flush=True)
+          f"eager {eager_us:.1f} us; device time: ours {ours_dev:.1f}, copy {copy_dev:.1f}, "
+          f"eager {eager_dev:.1f} us", flush=True)
     del src, dst
 
 
@@ -177,10 +190,13 @@ def swiglu_cases(rows, table):
         return  # the fused check failed (recorded): nothing to compare
     fused_us = rows[-1]["ours"]["us"]
     unfused_us = testing.bench_graph(unfused)
-    rows[-1]["baselines"]["ours_unfused"] = {"us": round(unfused_us, 2),
+    unfused_dev = testing.device_us_per_call(unfused)[0]
+    rows[-1]["baselines"]["ours_unfused"] = {"us": round(unfused_us, 2), "device_us": round(unfused_dev, 2),
                                              "note": "swiglu() then per_token_cast_to_fp8(), our two kernels"}
-    print(f"swiglu fused {fused_us:.1f} us vs unfused (our two kernels) {unfused_us:.1f} us", flush=True)
-    table.append(("  unfused: swiglu + per_token_cast", f"{m}x{inter}", unfused_us, None, None, None))
+    print(f"swiglu fused {fused_us:.1f} us vs unfused (our two kernels) {unfused_us:.1f} us; device time "
+          f"{rows[-1]['ours']['device_us']:.1f} vs {unfused_dev:.1f} us", flush=True)
+    table.append(("  unfused: swiglu + per_token_cast", f"{m}x{inter}", unfused_us, None, None, None,
+                  unfused_dev, None, None))
 
 
 def moe_cases(rows, table):
@@ -234,12 +250,21 @@ def main():
     gpu = torch.cuda.get_device_name()
     lines = [f"# prologue kernels on {gpu}, {datetime.date.today()}", "",
              f"versions: {json.dumps(versions())}", f"command: python {' '.join(sys.argv)}", "",
-             "| kernel | shape | ours us | ours GB/s | copy us | vs copy | torch eager us | vs eager |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, shape, us, gbps, copy_us, eager_us in table:
-        lines.append(f"| {name} | {shape} | {us:.1f} | {gbps and f'{gbps:.0f}' or '-'} | "
-                     f"{copy_us and f'{copy_us:.1f}' or '-'} | {copy_us and f'{copy_us / us:.2f}' or '-'} | "
-                     f"{eager_us and f'{eager_us:.1f}' or '-'} | {eager_us and f'{eager_us / us:.1f}' or '-'} |")
+             "us: ours graph-replayed, copy and eager per call with CUDA events (see the docstring); "
+             "dev: device time of the call's kernels (testing.device_us_per_call). vs: their time / ours.", "",
+             "| kernel | shape | ours us | ours GB/s | copy us | vs copy | torch eager us | vs eager "
+             "| ours dev | copy dev | vs copy dev | eager dev | vs eager dev |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(value, digits):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    for name, shape, us, gbps, copy_us, eager_us, ours_dev, copy_dev, eager_dev in table:
+        ratio = lambda base, own: base and base / own  # noqa: E731
+        lines.append(f"| {name} | {shape} | {us:.1f} | {cell(gbps, 0)} | {cell(copy_us, 1)} | "
+                     f"{cell(ratio(copy_us, us), 2)} | {cell(eager_us, 1)} | {cell(ratio(eager_us, us), 1)} | "
+                     f"{cell(ours_dev, 1)} | {cell(copy_dev, 1)} | {cell(ratio(copy_dev, ours_dev), 2)} | "
+                     f"{cell(eager_dev, 1)} | {cell(ratio(eager_dev, ours_dev), 1)} |")
     lines += [""] + [f"FAILED: {failure}" for failure in FAILURES]
     print("\n".join(lines))
     if not args.no_write:

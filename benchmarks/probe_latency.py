@@ -1,6 +1,6 @@
 """Probe: where the time of a small GEMM goes. For decode and small-M shapes, each call's graph-replay
 time (ANCHORS.md "Method", as bench_gemm.py measures it) next to the device time of its kernels
-(torch.profiler / CUPTI, the same replays with the same L2 flush before each), for ours (tensor-core
+(testing.device_us_per_call: CUPTI, the same replays, an L2 flush before each), for ours (tensor-core
 and, at M=1, the GEMV) and cuBLAS. The difference is what the method charges outside the kernels
 (graph launch, the flush's tail, kernel launch latency); a tiny torch kernel gives the method's own
 floor. Every call is checked against the reference first (output poisoned).
@@ -29,36 +29,13 @@ from dg_triton.triton import gemv  # noqa: E402
 from probe_gemv import variant_config  # noqa: E402
 
 SHAPES = ((576, 7168), (2112, 7168), (4096, 7168), (7168, 2048))
-FLUSH_BYTES = 256 << 20
 REPLAYS = 30
 
 
-def kernel_times(graph, flush) -> tuple[float, list[str]]:
-    """Mean device microseconds per replay of the graph's kernels, and their names; the flush
-    before each replay is profiled too and left out by name."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def device_us(event):
-        total = getattr(event, "device_time_total", None)
-        return total if total is not None else event.cuda_time_total
-
-    with profile(activities=[ProfilerActivity.CUDA]) as only_flush:
-        for _ in range(3):
-            flush.zero_()
-        torch.cuda.synchronize()
-    flush_names = {e.key for e in only_flush.key_averages()}
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(REPLAYS):
-            flush.zero_()
-            graph.replay()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if e.key not in flush_names and device_us(e) > 0]
-    return sum(device_us(e) for e in kernels) / REPLAYS, sorted(e.key[:60] for e in kernels)
-
-
-def measure(name, fn, flush, rows):
+def measure(name, fn, rows):
     replay = statistics.median(testing.bench_graph(fn, warmup_ms=5, rep_ms=20) for _ in range(3))
-    kernel, names = kernel_times(testing.capture_graph(fn), flush)
+    kernel, names = testing.device_us_per_call(testing.capture_graph(fn).replay, REPLAYS)
+    names = [kernel_name[:60] for kernel_name in names]
     rows.append((name, replay, kernel, names))
     print(f"| {name} | {replay:.1f} | {kernel:.1f} | {replay - kernel:.1f} | {'; '.join(names)} |", flush=True)
 
@@ -69,11 +46,10 @@ def main():
     parser.add_argument("--dtypes", default="bf16,fp8")
     args = parser.parse_args()
     heuristics.FP8_GEMV_MAX_M = heuristics.BF16_GEMV_MAX_M = 0   # the tensor-core kernel, named
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
     rows = []
     print("| call | replay us | kernels us | replay - kernels us | kernels |\n|---|---|---|---|---|")
     tiny = torch.zeros(256, device="cuda")
-    measure("tiny torch add_ (the method's floor)", lambda: tiny.add_(1.0), flush, rows)
+    measure("tiny torch add_ (the method's floor)", lambda: tiny.add_(1.0), rows)
     for dtype in args.dtypes.split(","):
         for m in (int(x) for x in args.ms.split(",")):
             for n, k in SHAPES:
@@ -105,8 +81,8 @@ def main():
                     torch.cuda.synchronize()
                     diff = float(testing.calc_diff(d.float(), ref))
                     assert torch.isfinite(d).all() and diff < threshold, f"{name} {shape}: calc_diff {diff}"
-                    measure(f"{shape} {name}", fn, flush, rows)
-                measure(f"{shape} cuBLAS", baseline, flush, rows)
+                    measure(f"{shape} {name}", fn, rows)
+                measure(f"{shape} cuBLAS", baseline, rows)
     print("\n| call | replay us | kernels us | replay - kernels us |\n|---|---|---|---|")
     for name, replay, kernel, _ in rows:
         print(f"| {name} | {replay:.1f} | {kernel:.1f} | {replay - kernel:.1f} |")

@@ -1,10 +1,12 @@
 """``deep_gemm.testing`` (API.md 3.16) plus the project's own measurement helpers.
 
 DeepGEMM-compatible: ``calc_diff``, ``count_bytes``, ``assert_bitwise_equal``, ``bench``,
-``get_arch_major``, ``test_filter``, ``ignore_env``, ``suppress_stdout_stderr``, ``empty_suppress``.
+``bench_kineto``, ``get_arch_major``, ``test_filter``, ``ignore_env``, ``suppress_stdout_stderr``,
+``empty_suppress``.
 
-Ours: ``bench_graph`` (device time, the method of ANCHORS.md) and ``host_overhead_us`` (CPU cost
-per call, ANCHORS.md "Host overhead"); every figure the project reports comes from these two.
+Ours: ``bench_graph`` (device time, the method of ANCHORS.md), ``host_overhead_us`` (CPU cost
+per call, ANCHORS.md "Host overhead") and ``device_us_per_call`` (the summed duration of a call's
+kernels, for calls so short that a graph replay's ~4 us launch cost would dominate them).
 
 The numeric helpers run anywhere; the timing helpers need a CUDA device and raise RuntimeError
 without one. Triton is imported only inside ``bench_graph``, since importing it is slow.
@@ -30,13 +32,17 @@ __all__ = [
     "suppress_stdout_stderr",
     "empty_suppress",
     "bench",
+    "bench_kineto",
     "bench_graph",
+    "device_us_per_call",
     "capture_graph",
     "host_overhead_us",
 ]
 
 # Larger than the L2 of every target (H200: 50 MB, B200: 126 MB), so zeroing it evicts the inputs.
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
+# bench_kineto's flush size, as API.md 3.16 gives it.
+_KINETO_FLUSH_BYTES = 8 * 10**9
 
 
 def _require_cuda(function: str) -> None:
@@ -247,6 +253,113 @@ def replay_kernel_names(graph: "torch.cuda.CUDAGraph") -> list[str]:
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return [e.name for e in sorted(kernels, key=lambda e: e.time_range.start)]
+
+
+def _device_microseconds(event) -> float:
+    """Total device time of a torch.profiler key_averages() row (renamed across torch versions)."""
+    total = getattr(event, "device_time_total", None)
+    return total if total is not None else event.cuda_time_total
+
+
+def _profiled_rows(calls, suppress_output: bool = False, trace_path=None):
+    """key_averages() rows with device time, of running ``calls()`` under torch.profiler's CUDA
+    activity (CUPTI): kernels, memcpys and memsets, by name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    suppress = suppress_stdout_stderr if suppress_output else empty_suppress
+    torch.cuda.synchronize()
+    with suppress(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        calls()
+        torch.cuda.synchronize()
+    if trace_path is not None:
+        prof.export_chrome_trace(str(trace_path))
+    return [row for row in prof.key_averages() if _device_microseconds(row) > 0]
+
+
+def _flush_names(flush: torch.Tensor, fn, function: str) -> set[str]:
+    """The profiler row names of ``flush.bitwise_not_()``, the L2 flush of the profiling helpers,
+    so its rows can be left out by name; a ``fn`` that runs a kernel of the same name is refused,
+    since its time could not be told from the flush's."""
+    flush_names = {row.key for row in _profiled_rows(flush.bitwise_not_)}
+    shared = flush_names & {row.key for row in _profiled_rows(fn)}
+    if shared:
+        raise RuntimeError(f"{function}: fn runs the L2 flush's own kernel {sorted(shared)}; "
+                           "its time cannot be told from the flush's")
+    return flush_names
+
+
+def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
+                 trace_path=None, flush_l2: bool = True, with_multiple_kernels: bool = False,
+                 barrier=None):
+    """Mean seconds per launch of the kernels whose names contain ``kernel_names`` (one str, or a
+    tuple of them for a tuple of results), over ``num_tests`` calls of ``fn`` under torch.profiler,
+    each after a pass over 8 GB that flushes the L2 (API.md 3.16, DeepGEMM's helper). The flush's
+    own kernel is left out, so a broad name ("elementwise") cannot pick it up.
+
+    Each name must match one profiler row unless ``with_multiple_kernels`` (then every matching row
+    counts: total device time over total launches). ``barrier``, when given, is called before each
+    call (multi-process runs). Returns 1 without profiling when ``DG_USE_NVIDIA_TOOLS`` is set to
+    anything but 0, since CUPTI cannot be shared with nsys, ncu or compute-sanitizer.
+    """
+    if os.environ.get("DG_USE_NVIDIA_TOOLS", "0") not in ("", "0"):
+        return 1
+    _require_cuda("bench_kineto")
+    _positive_int("bench_kineto", "num_tests", num_tests)
+    names = kernel_names if isinstance(kernel_names, tuple) else (kernel_names,)
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise reject("bench_kineto", "kernel_names", "a non-empty str or a tuple of them", repr(kernel_names))
+    fn()  # compiles, autotunes and prints outside the profile
+    flush = torch.empty(_KINETO_FLUSH_BYTES, dtype=torch.uint8, device="cuda") if flush_l2 else None
+    flush_names = _flush_names(flush, fn, "bench_kineto") if flush_l2 else set()
+
+    def calls():
+        for _ in range(num_tests):
+            if flush is not None:
+                flush.bitwise_not_()
+            if barrier is not None:
+                barrier()
+            fn()
+
+    rows = [row for row in _profiled_rows(calls, suppress_kineto_output, trace_path)
+            if row.key not in flush_names]
+    del flush
+    seconds = []
+    for name in names:
+        matched = [row for row in rows if name in row.key]
+        if not matched:
+            raise RuntimeError(f"bench_kineto: no profiled kernel's name contains {name!r}; "
+                               f"seen: {sorted(row.key for row in rows)}")
+        if len(matched) > 1 and not with_multiple_kernels:
+            raise RuntimeError(f"bench_kineto: {len(matched)} profiled kernels' names contain {name!r} "
+                               f"({sorted(row.key for row in matched)}); pass with_multiple_kernels=True "
+                               "to average over all of them")
+        total_us = sum(_device_microseconds(row) for row in matched)
+        seconds.append(total_us / sum(row.count for row in matched) / 1e6)
+    return tuple(seconds) if isinstance(kernel_names, tuple) else seconds[0]
+
+
+def device_us_per_call(fn, num_tests: int = 30) -> tuple[float, list[str]]:
+    """Mean device microseconds per call of ``fn``, summed over every kernel, memcpy and memset it
+    runs (CUPTI, through torch.profiler), and their names. Each call follows a 256 MB L2 flush.
+
+    For calls of a few microseconds, where ``bench_graph``'s figure is mostly the graph launch
+    (probe_latency: ~4 us above the kernels on the H200), this is the cost the call adds to a
+    stream of work already queued on the device, as inside a captured model. ``fn`` runs eagerly,
+    so it may sync the host.
+    """
+    _require_cuda("device_us_per_call")
+    _positive_int("device_us_per_call", "num_tests", num_tests)
+    flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    fn()  # compile and cache outside the profile
+    flush_names = _flush_names(flush, fn, "device_us_per_call")
+
+    def calls():
+        for _ in range(num_tests):
+            flush.bitwise_not_()
+            fn()
+
+    rows = [row for row in _profiled_rows(calls) if row.key not in flush_names]
+    return sum(_device_microseconds(row) for row in rows) / num_tests, sorted(row.key for row in rows)
 
 
 def bench_graph(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:

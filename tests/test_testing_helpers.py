@@ -137,11 +137,27 @@ def test_suppress_stdout_stderr_silences_descriptors_and_python_streams(capfd):
     lambda: testing.bench(lambda: None),
     lambda: testing.bench_graph(lambda: None),
     lambda: testing.host_overhead_us(lambda: None),
+    lambda: testing.device_us_per_call(lambda: None),
     lambda: testing.get_arch_major(),
 ])
 def test_gpu_only_helpers_raise_runtime_error_without_cuda(call):
     with pytest.raises(RuntimeError, match="CUDA device"):
         call()
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-GPU behaviour")
+def test_bench_kineto_needs_cuda_unless_nvidia_tools_are_on(monkeypatch):
+    monkeypatch.delenv("DG_USE_NVIDIA_TOOLS", raising=False)
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        testing.bench_kineto(lambda: None, "gemm")
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_bench_kineto_returns_one_without_profiling_under_nvidia_tools(monkeypatch, value):
+    monkeypatch.setenv("DG_USE_NVIDIA_TOOLS", value)
+    calls = []
+    assert testing.bench_kineto(lambda: calls.append(1), ("gemm", "transpose")) == 1
+    assert calls == []
 
 
 @pytest.mark.gpu
@@ -159,3 +175,43 @@ def test_timing_helpers_return_positive_figures_on_gpu():
 def test_host_overhead_rejects_non_positive_counts():
     with pytest.raises(DGArgumentError, match="calls"):
         testing.host_overhead_us(lambda: None, calls=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_bench_kineto_times_named_kernels_and_refuses_ambiguous_names(monkeypatch):
+    monkeypatch.delenv("DG_USE_NVIDIA_TOOLS", raising=False)
+    x = torch.randn(16 << 20, device="cuda")           # 64 MB: tens of microseconds a pass
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    one = testing.bench_kineto(lambda: torch.mul(x, 2, out=y), "elementwise", num_tests=10)
+    assert 5e-6 < one < 1e-3
+    both = lambda: (torch.mul(x, 2, out=y), torch.add(x, 1, out=z))  # noqa: E731
+    with pytest.raises(RuntimeError, match="with_multiple_kernels"):    # mul and add, not the flush
+        testing.bench_kineto(both, "elementwise", num_tests=5)
+    mean_of_two = testing.bench_kineto(both, "elementwise", num_tests=5, with_multiple_kernels=True)
+    assert 0.5 * one < mean_of_two < 2 * one             # a mean per launch, not a sum
+    names = tuple(testing.device_us_per_call(both, num_tests=2)[1])
+    assert len(names) == 2
+    first, second = testing.bench_kineto(both, names, num_tests=5)
+    assert first > 0 and second > 0
+    with pytest.raises(RuntimeError, match="no profiled kernel"):
+        testing.bench_kineto(both, "no_such_kernel", num_tests=2)
+    with pytest.raises(DGArgumentError, match="kernel_names"):
+        testing.bench_kineto(both, ["elementwise"], num_tests=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_device_us_per_call_sums_the_calls_kernels_and_leaves_the_flush_out():
+    x = torch.randn(16 << 20, device="cuda")
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    one, names_one = testing.device_us_per_call(lambda: torch.mul(x, 2, out=y), num_tests=10)
+    two, names_two = testing.device_us_per_call(lambda: (torch.mul(x, 2, out=y), torch.mul(x, 3, out=z)),
+                                                num_tests=10)
+    assert len(names_one) == 1 and names_one == names_two
+    assert 5 < one < 1000 and 1.6 * one < two < 2.4 * one   # two launches counted, not the flush's
+    flags = torch.zeros(1024, dtype=torch.uint8, device="cuda")
+    with pytest.raises(RuntimeError, match="flush"):
+        testing.device_us_per_call(flags.bitwise_not_)
+    with pytest.raises(RuntimeError, match="flush"):
+        testing.bench_kineto(flags.bitwise_not_, "bitwise_not", num_tests=2)
