@@ -37,9 +37,10 @@ def _fused(weights_type, gran_k, packed):
                  "sf_rows": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
                  "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "HAS_WEIGHTS": "constexpr",
                  "HAS_CLAMP": "constexpr", "LIBDEVICE_EXP": "constexpr", "USE_UE8M0": "constexpr",
-                 "PACKED_UE8M0": "constexpr"}
+                 "PACKED_UE8M0": "constexpr", "PARTIAL_LAST_GROUP": "constexpr"}
+    # The gran_k = 32 variants stand for an I that is not a multiple of gran_k.
     constexprs = {"GRAN_K": gran_k, "BLOCK_M": swiglu.fused_block_m(gran_k), **_options(weights_type),
-                  "USE_UE8M0": packed, "PACKED_UE8M0": packed}
+                  "USE_UE8M0": packed, "PACKED_UE8M0": packed, "PARTIAL_LAST_GROUP": gran_k == 32}
     return swiglu._swiglu_per_token_cast_to_fp8_kernel, signature, constexprs
 
 

@@ -53,8 +53,11 @@ MAX_GROUPS = 65535
 @triton.jit
 def _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
                  stride_xm, stride_xn, stride_w, clamp_value,
-                 HAS_WEIGHTS: tl.constexpr, HAS_CLAMP: tl.constexpr, LIBDEVICE_EXP: tl.constexpr):
-    """fp32 act of rows x cols (cols < intermediate); elements outside row_ok/col_ok are 0."""
+                 HAS_WEIGHTS: tl.constexpr, HAS_CLAMP: tl.constexpr, LIBDEVICE_EXP: tl.constexpr,
+                 ZERO_MASKED_COLUMNS: tl.constexpr):
+    """fp32 act of rows x cols (cols < intermediate). Elements of masked rows are 0 (x and the
+    weight load as 0); those of masked columns only with ZERO_MASKED_COLUMNS (a select per element,
+    which the caller asks for when they enter a reduction)."""
     mask = row_ok[:, None] & col_ok[None, :]
     # int64 offsets: a transposed x of over 2^31 elements must not wrap.
     row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
@@ -74,8 +77,10 @@ def _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
     if HAS_WEIGHTS:
         weights = tl.load(weights_ptr + rows.to(tl.int64) * stride_w, mask=row_ok,
                           other=0.0).to(tl.float32)
-        # A padded column is 0 * w, which an infinite w would turn into NaN in the group amax.
-        act = tl.where(mask, act * weights[:, None], 0.0)
+        act = act * weights[:, None]
+        if ZERO_MASKED_COLUMNS:
+            # A masked column is 0 * w, which an infinite w would turn into NaN in the group amax.
+            act = tl.where(col_ok[None, :], act, 0.0)
     return act
 
 
@@ -93,9 +98,10 @@ def _swiglu_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < m
     col_ok = cols < intermediate
+    # Masked elements are not stored, so their values do not matter.
     act = _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
                        stride_xm, stride_xn, stride_w, clamp_value, HAS_WEIGHTS, HAS_CLAMP,
-                       LIBDEVICE_EXP)
+                       LIBDEVICE_EXP, ZERO_MASKED_COLUMNS=False)
     out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * intermediate + cols[None, :]
     tl.store(out_ptrs, act.to(tl.bfloat16), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -109,7 +115,7 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     clamp_value,
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_WEIGHTS: tl.constexpr, HAS_CLAMP: tl.constexpr, LIBDEVICE_EXP: tl.constexpr,
-    USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr,
+    USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, PARTIAL_LAST_GROUP: tl.constexpr,
 ):
     """Program (i, g): rows [i*BLOCK_M, ...), K-group g of the I output columns.
 
@@ -124,9 +130,10 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     cols = group * GRAN_K + tl.arange(0, GRAN_K)
     row_ok = rows < m
     col_ok = cols < intermediate
+    # Masked columns enter the amax only in a partial last group (padding groups get SF 0 below).
     act = _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
                        stride_xm, stride_xn, stride_w, clamp_value, HAS_WEIGHTS, HAS_CLAMP,
-                       LIBDEVICE_EXP)
+                       LIBDEVICE_EXP, ZERO_MASKED_COLUMNS=PARTIAL_LAST_GROUP)
 
     # |act| is non-negative, so its bit patterns order as integers exactly as the values do, with
     # NaN above Inf: the integer max is torch.amax, NaN included.
@@ -221,5 +228,6 @@ def swiglu_per_token_cast_to_fp8_triton(x: torch.Tensor, use_ue8m0: bool, gran_k
                 x, weights, q, sf_target, m, intermediate, num_groups, sf_rows,
                 x.stride(0), x.stride(1), stride_w, sf_strides[0], sf_strides[1], clamp_value,
                 GRAN_K=gran_k, BLOCK_M=block_m, **options, USE_UE8M0=bool(use_ue8m0),
-                PACKED_UE8M0=bool(use_packed_ue8m0), num_warps=4)
+                PACKED_UE8M0=bool(use_packed_ue8m0), PARTIAL_LAST_GROUP=intermediate % gran_k != 0,
+                num_warps=4)
     return q, sf
