@@ -5,8 +5,9 @@ and Inf planted) and timed beside a copy of the same bytes in the same run
 dg_triton.triton.exact_math are checked against div_rn for every positive fp32 bit pattern.
 Prints one table; NOTES.md keeps the conclusions.
 
-    python benchmarks/probe_prologue.py
+    python benchmarks/probe_prologue.py [--kernels fp4,per_channel] [--rounds N] [--skip-division-check]
 """
+import argparse
 import functools
 import sys
 from pathlib import Path
@@ -26,7 +27,8 @@ from dg_triton.triton.quant import per_channel_cast_to_fp8_triton  # noqa: E402
 SHAPES = ((4096, 7168), (16384, 7168))
 # Overrides of the launchers' tiles (the defaults are the winners of the 2026-12-02 runs, which
 # also tried the grid's axis order and div_rn against exact_math's divisions: NOTES.md session 15).
-FP4_VARIANTS = ({}, {"block_m": 32, "block_n": 256}, {"block_m": 64, "block_n": 256}, {"block_m": 16, "block_n": 256})
+FP4_VARIANTS = ({}, {"maxnreg": 64}, {"block_m": 8, "num_warps": 2}, {"block_m": 8, "num_warps": 2, "maxnreg": 64},
+                {"block_m": 32, "num_warps": 8, "maxnreg": 64}, {"block_m": 8, "num_warps": 4})
 PER_CHANNEL = ({}, {"block_n": 64, "num_warps": 4}, {"block_n": 128, "num_warps": 4})
 # per-channel in two passes: (block_n, num_warps, rows per slice)
 TWO_PASS = ((64, 2, 64), (64, 2, 32))
@@ -117,15 +119,25 @@ def fp4(x, kwargs):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernels", default="fp4,per_channel", help="comma-separated: fp4, per_channel")
+    parser.add_argument("--rounds", type=int, default=1, help="times through every variant, in turn")
+    parser.add_argument("--skip-division-check", action="store_true")
+    args = parser.parse_args()
+    kernels = args.kernels.split(",")
     lines = []
-    check_divisions(lines)
+    if not args.skip_division_check:
+        check_divisions(lines)
     lines += ["", "| kernel | shape | variant | us | copy us | vs copy |", "|---|---|---|---|---|---|"]
     two_pass = [{"block_n": bn, "num_warps": w, "chunk": ch} for bn, w, ch in TWO_PASS]
-    for m, k in SHAPES:
-        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-        probe("per_token_cast_to_fp4", fp4, FP4_VARIANTS, x, lines)
-        probe("per_channel_cast_to_fp8", per_channel, list(PER_CHANNEL) + two_pass, x, lines)
-        del x
+    for _ in range(args.rounds):
+        for m, k in SHAPES:
+            x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+            if "fp4" in kernels:
+                probe("per_token_cast_to_fp4", fp4, FP4_VARIANTS, x, lines)
+            if "per_channel" in kernels:
+                probe("per_channel_cast_to_fp8", per_channel, list(PER_CHANNEL) + two_pass, x, lines)
+            del x
     print("\n".join(lines))
 
 

@@ -321,7 +321,8 @@ def _cast_tile(gran_k: int) -> tuple[int, int]:
 
 def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
                                  use_packed_ue8m0: bool = False, tma_aligned_sf: bool = False, *,
-                                 block_m: int | None = None, block_n: int | None = None):
+                                 block_m: int | None = None, block_n: int | None = None,
+                                 num_warps: int = 4, maxnreg: int | None = None):
     """Per-token 1 x gran_k FP4 cast. ``x`` 2-D bf16/fp32 [m, n], n even, any strides; gran_k a
     power of two; ``use_packed_ue8m0`` needs ``use_ue8m0``.
 
@@ -332,6 +333,7 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
 
     ``block_m`` / ``block_n`` override the tile (powers of two, ``block_n`` a multiple of
     ``4 * gran_k``): the interpreter tests use larger tiles, since its cost is per program.
+    ``num_warps`` and ``maxnreg`` (a register cap for ptxas) are launch overrides for probes.
     """
     m, n = x.shape
     num_groups = _cdiv(n, gran_k)
@@ -361,7 +363,8 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
             PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
-            FAST_DIV=fused_fma(), FLAT_GRID=flat, num_warps=4)
+            FAST_DIV=fused_fma(), FLAT_GRID=flat, num_warps=num_warps,
+            **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return packed, sf
 
 
