@@ -1,11 +1,11 @@
-"""Probe: launch variants of the FP4 and per-channel casts (issue 3) at the bench_prologue sizes,
+"""Probe: launch variants of the FP4 cast, the FP4 transpose and the per-channel cast (issue 3) at the bench_prologue sizes,
 each checked bitwise against the library's default launch (on random data and on data with NaN
 and Inf planted) and timed beside a copy of the same bytes in the same run
 (the copy as bench_prologue times it). First, the division helpers of
 dg_triton.triton.exact_math are checked against div_rn for every positive fp32 bit pattern.
 Prints one table; NOTES.md keeps the conclusions.
 
-    python benchmarks/probe_prologue.py [--kernels fp4,per_channel] [--rounds N] [--skip-division-check]
+    python benchmarks/probe_prologue.py [--kernels fp4,transpose_fp4,per_channel] [--rounds N] [--skip-division-check]
 """
 import argparse
 import functools
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import probe_prologue_kernels as variants  # noqa: E402
 from dg_triton import testing  # noqa: E402
-from dg_triton.triton.fp4 import per_token_cast_to_fp4_triton  # noqa: E402
+from dg_triton.triton.fp4 import per_token_cast_to_fp4_triton, transpose_packed_fp4_triton  # noqa: E402
 from dg_triton.triton.quant import per_channel_cast_to_fp8_triton  # noqa: E402
 
 SHAPES = ((4096, 7168), (16384, 7168))
@@ -29,6 +29,8 @@ SHAPES = ((4096, 7168), (16384, 7168))
 # also tried the grid's axis order and div_rn against exact_math's divisions: NOTES.md session 15).
 FP4_VARIANTS = ({}, {"maxnreg": 64}, {"block_m": 8, "num_warps": 2}, {"block_m": 8, "num_warps": 2, "maxnreg": 64},
                 {"block_m": 32, "num_warps": 8, "maxnreg": 64}, {"block_m": 8, "num_warps": 4})
+TRANSPOSE_VARIANTS = ({}, {"bytes_fast": False}, {"block_bytes": 128}, {"block_bytes": 128, "bytes_fast": True},
+                      {"block_rows": 512}, {"num_warps": 8, "block_bytes": 128})
 PER_CHANNEL = ({}, {"block_n": 64, "num_warps": 4}, {"block_n": 128, "num_warps": 4})
 # per-channel in two passes: (block_n, num_warps, rows per slice)
 TWO_PASS = ((64, 2, 64), (64, 2, 32))
@@ -118,9 +120,13 @@ def fp4(x, kwargs):
     return per_token_cast_to_fp4_triton(x, True, 32, True, **kwargs)
 
 
+def transpose_fp4(packed, kwargs):
+    return (transpose_packed_fp4_triton(packed, **kwargs),)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kernels", default="fp4,per_channel", help="comma-separated: fp4, per_channel")
+    parser.add_argument("--kernels", default="fp4,per_channel", help="comma-separated: fp4, transpose_fp4, per_channel")
     parser.add_argument("--rounds", type=int, default=1, help="times through every variant, in turn")
     parser.add_argument("--skip-division-check", action="store_true")
     args = parser.parse_args()
@@ -135,6 +141,9 @@ def main():
             x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             if "fp4" in kernels:
                 probe("per_token_cast_to_fp4", fp4, FP4_VARIANTS, x, lines)
+            if "transpose_fp4" in kernels:
+                probe("transpose_packed_fp4", transpose_fp4, TRANSPOSE_VARIANTS, fp4(x, {})[0], lines,
+                      specials=False)
             if "per_channel" in kernels:
                 probe("per_channel_cast_to_fp8", per_channel, list(PER_CHANNEL) + two_pass, x, lines)
             del x

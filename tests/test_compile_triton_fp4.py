@@ -104,12 +104,13 @@ def test_fp4_cast_thread_owns_whole_groups_with_16_byte_accesses():
     assert compiled.metadata.shared == 0
 
 
-def test_transpose_kernel_compiles():
+@pytest.mark.parametrize("bytes_fast", [False, True])
+def test_transpose_kernel_compiles(bytes_fast):
     signature = {"a_ptr": "*i8", "out_ptr": "*i8", "m": "i32", "half_n": "i32",
                  "stride_am": "i32", "stride_an": "i32",
-                 "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr"}
+                 "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "BYTES_FAST": "constexpr"}
     constexprs = {"BLOCK_ROWS": fp4._TRANSPOSE_BLOCK_ROWS,
-                  "BLOCK_BYTES": fp4._TRANSPOSE_BLOCK_BYTES}
+                  "BLOCK_BYTES": fp4._TRANSPOSE_BLOCK_BYTES, "BYTES_FAST": bytes_fast}
     for arch in (90, 100):
         _compile(fp4._transpose_packed_fp4_kernel, signature, constexprs, arch)
 

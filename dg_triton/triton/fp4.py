@@ -231,7 +231,7 @@ def _transpose_packed_fp4_kernel(
     a_ptr, out_ptr,
     m, half_n,
     stride_am, stride_an,
-    BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr, BYTES_FAST: tl.constexpr = False,
 ):
     """Program (i, j): input rows [i*BLOCK_ROWS, ...) (BLOCK_ROWS even, m even), input bytes
     [j*BLOCK_BYTES, ...). Output row c byte r/2 holds input codes (r, c) low and (r + 1, c) high.
@@ -242,9 +242,14 @@ def _transpose_packed_fp4_kernel(
     ``E & 0xF | O << 4`` and (2j + 1, r/2) is ``E >> 4 | O & 0xF0``. So what crosses threads is a
     [BLOCK_ROWS/2, 2*BLOCK_BYTES] tile of bytes, as many as were loaded; transposing 4-bit codes
     held as int32 moved eight times that through shared memory, which bound the kernel on the
-    H200 (0.52 of a copy's bandwidth)."""
-    pid_rows = tl.program_id(0)
-    pid_bytes = tl.program_id(1)
+    H200 (0.52 of a copy's bandwidth). BYTES_FAST: the grid's first axis runs over byte blocks
+    instead of row blocks."""
+    if BYTES_FAST:
+        pid_bytes = tl.program_id(0)
+        pid_rows = tl.program_id(1)
+    else:
+        pid_rows = tl.program_id(0)
+        pid_bytes = tl.program_id(1)
     pair_rows = pid_rows * (BLOCK_ROWS // 2) + tl.arange(0, BLOCK_ROWS // 2)
     byte_cols = pid_bytes * BLOCK_BYTES + tl.arange(0, BLOCK_BYTES)
     half_m = m // 2
@@ -369,15 +374,26 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
 
 
 def transpose_packed_fp4_triton(a: torch.Tensor, *, block_rows: int = _TRANSPOSE_BLOCK_ROWS,
-                                block_bytes: int = _TRANSPOSE_BLOCK_BYTES) -> torch.Tensor:
+                                block_bytes: int = _TRANSPOSE_BLOCK_BYTES, bytes_fast: bool | None = None,
+                                num_warps: int = 4, maxnreg: int | None = None) -> torch.Tensor:
     """int8 ``[m, n/2]`` (m even, any strides) -> contiguous int8 ``[n, m/2]``, the packed form of
-    the transposed logical matrix. The tile (``block_rows`` even) is overridable for tests."""
+    the transposed logical matrix. The tile (``block_rows`` even) is overridable for tests; the
+    grid order, ``num_warps`` and ``maxnreg`` (a register cap for ptxas) for probes.
+
+    Byte blocks are the grid's fast axis by default: on the H200 (probe_prologue, session 19)
+    16384 x 7168 codes took 39.6-39.7 us that way against 41.1 with row blocks first, the same at
+    4096 rows. Row blocks go first only where they would pass the 65535 limit of axis 1."""
     m, half_n = a.shape
     out = torch.empty((2 * half_n, m // 2), dtype=torch.int8, device=a.device)
     if m > 0 and half_n > 0:
-        _transpose_packed_fp4_kernel[(_cdiv(m, block_rows), _cdiv(half_n, block_bytes))](
+        row_blocks, byte_blocks = _cdiv(m, block_rows), _cdiv(half_n, block_bytes)
+        if bytes_fast is None:
+            bytes_fast = row_blocks <= _MAX_GRID_Y
+        grid = (byte_blocks, row_blocks) if bytes_fast else (row_blocks, byte_blocks)
+        _transpose_packed_fp4_kernel[grid](
             a, out, m, half_n, a.stride(0), a.stride(1),
-            BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, num_warps=4)
+            BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, BYTES_FAST=bytes_fast,
+            num_warps=num_warps, **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return out
 
 
