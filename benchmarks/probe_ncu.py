@@ -72,17 +72,21 @@ def call_for(variant: str, m: int, n: int, k: int):
     return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines)
 
 
-def main():
-    variant = sys.argv[1]
-    m, n, k = (int(x) for x in (sys.argv[2:5] if len(sys.argv) >= 5 else (4096, 4096, 7168)))
-    call = call_for(variant, m, n, k)
-    for _ in range(3):
+def profile_one_call(call, warmups: int = 3):
+    """``call`` a few times (compile, caches), then once between cudaProfilerStart/Stop."""
+    for _ in range(warmups):
         call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
+
+
+def main():
+    variant = sys.argv[1]
+    m, n, k = (int(x) for x in (sys.argv[2:5] if len(sys.argv) >= 5 else (4096, 4096, 7168)))
+    profile_one_call(call_for(variant, m, n, k))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dg_triton  # noqa: E402
 from dg_triton import activation, reference_quant  # noqa: E402
+from probe_ncu import profile_one_call  # noqa: E402  (benchmarks/, this script's folder)
 
 
 def call_for(variant: str, m: int):
@@ -45,16 +46,8 @@ def call_for(variant: str, m: int):
 
 
 def main():
-    variant = sys.argv[1]
     m = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
-    call = call_for(variant, m)
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profile_one_call(call_for(sys.argv[1], m))
 
 
 if __name__ == "__main__":
