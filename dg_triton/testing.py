@@ -298,11 +298,11 @@ def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: 
 
     Each name must match one profiler row unless ``with_multiple_kernels`` (then every matching row
     counts: total device time over total launches). ``barrier``, when given, is called before each
-    call (multi-process runs). Returns 1 without profiling when ``DG_USE_NVIDIA_TOOLS`` is set to
+    call (multi-process runs). Returns 1 (one per name for a tuple) without profiling when ``DG_USE_NVIDIA_TOOLS`` is set to
     anything but 0, since CUPTI cannot be shared with nsys, ncu or compute-sanitizer.
     """
     if os.environ.get("DG_USE_NVIDIA_TOOLS", "0") not in ("", "0"):
-        return 1
+        return (1,) * len(kernel_names) if isinstance(kernel_names, tuple) else 1
     _require_cuda("bench_kineto")
     _positive_int("bench_kineto", "num_tests", num_tests)
     names = kernel_names if isinstance(kernel_names, tuple) else (kernel_names,)
