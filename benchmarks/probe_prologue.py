@@ -1,6 +1,6 @@
-"""Probe: launch variants of the FP4 cast, the FP4 transpose and the per-channel cast (issue 3) at the bench_prologue sizes,
-each checked bitwise against the library's default launch (on random data and on data with NaN
-and Inf planted) and timed beside a copy of the same bytes in the same run
+"""Probe: launch variants of the FP4 cast, the FP4 transpose and the per-channel cast (issue 3) at
+the bench_prologue sizes, each checked bitwise against the library's default launch (on random data
+and on data with NaN and Inf planted) and timed beside a copy of the same bytes in the same run
 (the copy as bench_prologue times it). First, the division helpers of
 dg_triton.triton.exact_math are checked against div_rn for every positive fp32 bit pattern.
 Prints one table; NOTES.md keeps the conclusions.

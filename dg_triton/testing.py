@@ -276,16 +276,34 @@ def _profiled_rows(calls, suppress_output: bool = False, trace_path=None):
     return [row for row in prof.key_averages() if _device_microseconds(row) > 0]
 
 
-def _flush_names(flush: torch.Tensor, fn, function: str) -> set[str]:
-    """The profiler row names of ``flush.bitwise_not_()``, the L2 flush of the profiling helpers,
-    so its rows can be left out by name; a ``fn`` that runs a kernel of the same name is refused,
-    since its time could not be told from the flush's."""
-    flush_names = {row.key for row in _profiled_rows(flush.bitwise_not_)}
-    shared = flush_names & {row.key for row in _profiled_rows(fn)}
-    if shared:
-        raise RuntimeError(f"{function}: fn runs the L2 flush's own kernel {sorted(shared)}; "
-                           "its time cannot be told from the flush's")
-    return flush_names
+def _profiled_calls(fn, num_tests: int, flush_bytes: int | None, function: str, barrier=None,
+                    suppress_output: bool = False, trace_path=None):
+    """Profiler rows (``_profiled_rows``) of ``num_tests`` calls of ``fn``, each after an L2 flush
+    of ``flush_bytes`` (none if None) and ``barrier()`` if given; the flush's own rows left out.
+
+    The flush is an in-place ``bitwise_not_`` on bytes, told apart by its kernel's name: a ``fn``
+    that runs a kernel of that name is refused, since its time could not be told from the flush's.
+    ``fn`` runs once first, outside the profile (compiles, caches, prints)."""
+    fn()
+    flush, flush_names = None, set()
+    if flush_bytes is not None:
+        flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+        flush_names = {row.key for row in _profiled_rows(flush.bitwise_not_)}
+        shared = flush_names & {row.key for row in _profiled_rows(fn)}
+        if shared:
+            raise RuntimeError(f"{function}: fn runs the L2 flush's own kernel {sorted(shared)}; "
+                               "its time cannot be told from the flush's")
+
+    def calls():
+        for _ in range(num_tests):
+            if flush is not None:
+                flush.bitwise_not_()
+            if barrier is not None:
+                barrier()
+            fn()
+
+    rows = _profiled_rows(calls, suppress_output, trace_path)
+    return [row for row in rows if row.key not in flush_names]
 
 
 def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
@@ -308,21 +326,8 @@ def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: 
     names = kernel_names if isinstance(kernel_names, tuple) else (kernel_names,)
     if not names or not all(isinstance(name, str) and name for name in names):
         raise reject("bench_kineto", "kernel_names", "a non-empty str or a tuple of them", repr(kernel_names))
-    fn()  # compiles, autotunes and prints outside the profile
-    flush = torch.empty(_KINETO_FLUSH_BYTES, dtype=torch.uint8, device="cuda") if flush_l2 else None
-    flush_names = _flush_names(flush, fn, "bench_kineto") if flush_l2 else set()
-
-    def calls():
-        for _ in range(num_tests):
-            if flush is not None:
-                flush.bitwise_not_()
-            if barrier is not None:
-                barrier()
-            fn()
-
-    rows = [row for row in _profiled_rows(calls, suppress_kineto_output, trace_path)
-            if row.key not in flush_names]
-    del flush
+    rows = _profiled_calls(fn, num_tests, _KINETO_FLUSH_BYTES if flush_l2 else None, "bench_kineto",
+                           barrier, suppress_kineto_output, trace_path)
     seconds = []
     for name in names:
         matched = [row for row in rows if name in row.key]
@@ -349,16 +354,7 @@ def device_us_per_call(fn, num_tests: int = 30) -> tuple[float, list[str]]:
     """
     _require_cuda("device_us_per_call")
     _positive_int("device_us_per_call", "num_tests", num_tests)
-    flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    fn()  # compile and cache outside the profile
-    flush_names = _flush_names(flush, fn, "device_us_per_call")
-
-    def calls():
-        for _ in range(num_tests):
-            flush.bitwise_not_()
-            fn()
-
-    rows = [row for row in _profiled_rows(calls) if row.key not in flush_names]
+    rows = _profiled_calls(fn, num_tests, _L2_FLUSH_BYTES, "device_us_per_call")
     return sum(_device_microseconds(row) for row in rows) / num_tests, sorted(row.key for row in rows)
 
 
