@@ -5,7 +5,8 @@ counters (`ncu --profile-from-start off`: only that call is profiled, not the wa
         python3 benchmarks/probe_ncu_prologue.py fp4_cast [M]
 
 Variants, at bench_prologue's shapes (M rows of 7168 bf16 columns where it applies): fp4_cast
-(per_token_cast_to_fp4, gran 32, packed UE8M0), fp8_cast (per_token_cast_to_fp8, the FP8 cast that
+(per_token_cast_to_fp4, gran 32, packed UE8M0; fp4_cast_compares: the same with the E2M1 index's
+lower midpoints by compare and select, as before session 20), fp8_cast (per_token_cast_to_fp8, the FP8 cast that
 reaches 0.92 of a copy, for contrast), transpose_fp4 (transpose_packed_fp4 of that cast's output),
 swiglu (the fused SwiGLU + FP8 cast on [M, 4096] with routing weights), packed_sf
 (get_mn_major_tma_aligned_packed_ue8m0_tensor of [M, 56]), copy_N (an eager copy of N MB).
@@ -30,6 +31,9 @@ def call_for(variant: str, m: int):
     x = torch.randn(m, 7168, dtype=torch.bfloat16, device="cuda")
     if variant == "fp4_cast":
         return lambda: dg_triton.per_token_cast_to_fp4(x, True, 32, True)
+    if variant == "fp4_cast_compares":
+        from dg_triton.triton.fp4 import per_token_cast_to_fp4_triton
+        return lambda: per_token_cast_to_fp4_triton(x, True, 32, True, sat_compares=False)
     if variant == "fp8_cast":
         return lambda: dg_triton.per_token_cast_to_fp8(x, False, tma_aligned_sf=True)
     if variant == "transpose_fp4":

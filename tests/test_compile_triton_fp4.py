@@ -44,15 +44,17 @@ def _cast_signature(x_type, packed):
             "stride_xm": "i32", "stride_xn": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
             "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "USE_UE8M0": "constexpr", "PACKED_UE8M0": "constexpr", "BF16_WORDS": "constexpr",
-            "FAST_DIV": "constexpr", "FLAT_GRID": "constexpr"}
+            "FAST_DIV": "constexpr", "FLAT_GRID": "constexpr", "SAT_COMPARES": "constexpr"}
 
 
 def _cast_constexprs(gran_k, packed, bf16_words, fast_div=True):
-    """As a GPU launch has them (FAST_DIV: the exact_math division; False under the interpreter;
-    the flat grid only above 65535 row blocks)."""
+    """As a GPU launch has them (FAST_DIV: the exact_math division, SAT_COMPARES: the saturating
+    FMAs of the E2M1 index; both False under the interpreter; the flat grid only above 65535 row
+    blocks)."""
     block_m, block_n = fp4._cast_tile(gran_k)
     return {"GRAN_K": gran_k, "BLOCK_M": block_m, "BLOCK_N": block_n, "USE_UE8M0": packed,
-            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words, "FAST_DIV": fast_div, "FLAT_GRID": False}
+            "PACKED_UE8M0": packed, "BF16_WORDS": bf16_words, "FAST_DIV": fast_div, "FLAT_GRID": False,
+            "SAT_COMPARES": fast_div}
 
 
 # (x pointer type, BF16_WORDS, packed UE8M0): contiguous bf16 goes in as int32 words.
@@ -73,6 +75,8 @@ def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, bf16_
     assert "div.full.f32" not in ptx and "div.approx" not in ptx
     if fast_div:
         assert "fma.rn.f32" in ptx
+        # The E2M1 index's lower midpoints: two saturating FMAs per value, no compares left.
+        assert "fma.rn.sat.f32" in ptx
         # A UE8M0 1/sf is exact bit arithmetic; an fp32 sf's reciprocal is still div_rn.
         assert ("div.rn.f32" in ptx) == (not packed)
     else:

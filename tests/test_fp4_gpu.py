@@ -19,6 +19,7 @@ import torch
 
 import dg_triton
 from dg_triton import reference_quant
+from fp4_ties import fp4_tie_row
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -95,6 +96,23 @@ def test_per_token_cast_to_fp4_reads_strided_input():
         packed, sf = _cast(x, True, gran_k, True)
         packed_ref, sf_ref = reference_quant.per_token_cast_to_fp4(x.cpu(), True, gran_k, True)
         assert torch.equal(packed.cpu(), packed_ref) and _sf_equal(sf, sf_ref)
+
+
+@pytest.mark.parametrize("use_ue8m0,use_packed_ue8m0", SF_MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_values_on_and_next_to_every_midpoint_round_as_the_reference(dtype, use_ue8m0,
+                                                                     use_packed_ue8m0):
+    """Every row is fp4_tie_row() times a power of two (2^-20..2^20), so the scaled values sit on,
+    just above and just below each E2M1 midpoint: the strict compares of the kernel's index
+    (saturating FMAs on a GPU) must round ties down as the reference does."""
+    rows = torch.arange(-20, 21, dtype=torch.float32)
+    x = (fp4_tie_row().repeat(56)[None, :] * torch.exp2(rows)[:, None]).to(dtype).cuda()
+    for gran_k in (32, 128):
+        packed, sf = _cast(x, use_ue8m0, gran_k, use_packed_ue8m0)
+        packed_ref, sf_ref = reference_quant.per_token_cast_to_fp4(x.cpu(), use_ue8m0, gran_k,
+                                                                   use_packed_ue8m0)
+        assert torch.equal(packed.cpu(), packed_ref)
+        assert _sf_equal(sf, sf_ref)
 
 
 @pytest.mark.parametrize("use_ue8m0", [False, True])

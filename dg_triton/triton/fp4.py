@@ -58,28 +58,54 @@ _CAST_BACK_BLOCK_N = 256
 
 
 @triton.jit
-def _e2m1_indices(magnitude):
+def _saturated_fma(magnitude, ASM: tl.constexpr):
+    """``ASM``, an ``fma.rn.sat.f32`` of ``magnitude`` with two immediates, elementwise."""
+    return tl.inline_asm_elementwise(ASM, "=r,r", [magnitude], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _lower_midpoints_exceeded(magnitude):
+    """How many of the midpoints 0.25 and 0.75 ``magnitude`` exceeds (NaN: none), as 0.0, 1.0 or
+    2.0, with one saturating FMA on the FMA pipe for each where a compare and a select would be
+    two instructions on the half-rate ALU pipe (GPU only: the interpreter has no inline
+    assembly). ``m * 2^100 - t * 2^100`` rounded once is 0 at m = t, negative below, and above t
+    at least ``2^100 * ulp(t)`` (>= 2^75 here), so ``.sat`` makes it exactly 1 or 0; ``.sat``
+    turns NaN into +0. The immediates: 0f71800000 = 2^100, 0fF0800000 = -0.25 * 2^100,
+    0fF1400000 = -0.75 * 2^100."""
+    return (_saturated_fma(magnitude, "fma.rn.sat.f32 $0, $1, 0f71800000, 0fF0800000;")
+            + _saturated_fma(magnitude, "fma.rn.sat.f32 $0, $1, 0f71800000, 0fF1400000;"))
+
+
+@triton.jit
+def _e2m1_indices(magnitude, SAT_COMPARES: tl.constexpr):
     """fp32 magnitudes (>= 0 or NaN, already scaled) -> E2M1 indices 0..7 as int32: the number of
     midpoints the magnitude exceeds (strict ``>``: ties round down; NaN exceeds none; above 5 it
     is 7), as the reference defines it.
 
     Counted with bit arithmetic instead of seven compares and selects (the cast is bound by
-    instruction issue on the H200, not by memory). From 1 to 6 the E2M1 values 1, 1.5, 2, 3, 4, 6
-    are the fp32 values with one mantissa bit, 2^22 apart as bit patterns, and the midpoints 1.25,
-    1.75, 2.5, 3.5, 5 lie 2^21 above each: for a magnitude clamped to [1, 6], the count of those
-    five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e. ``(bits +
-    0x5FFFFF) >> 22`` minus 255. That count is taken only above 0.75 (below, it is the 0.25
-    compare); a NaN fails both compares, so whatever the clamp made of it (the GPU's float min/max
-    drop a NaN, the interpreter's keep it) it is index 0. Same result as the reference for every
-    fp32 input (tests/interpret/test_fp4.py puts values on and next to every midpoint, and NaN
-    and inf)."""
+    the ALU pipe on the H200, not by memory: NOTES.md, session 19). From 1 to 6 the E2M1 values
+    1, 1.5, 2, 3, 4, 6 are the fp32 values with one mantissa bit, 2^22 apart as bit patterns, and
+    the midpoints 1.25, 1.75, 2.5, 3.5, 5 lie 2^21 above each: for a magnitude clamped to [1, 6],
+    the count of those five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e.
+    ``(bits + 0x5FFFFF) >> 22`` minus 255; every magnitude up to 1 clamps to 1 and counts 0.
+    The midpoints 0.25 and 0.75 are two more counts: with SAT_COMPARES two saturating FMAs
+    (``_lower_midpoints_exceeded``), whose sum 0.0, 1.0 or 2.0 holds that count in its bits 29-31;
+    without, a compare and a select. A NaN exceeds no midpoint: on the GPU the clamp's float
+    min/max drop it (count 0) and the saturating FMAs give 0; in the interpreter (no
+    SAT_COMPARES) min/max keep it, so the select on ``> 0.75`` (false for NaN) discards the
+    clamped count. Same result as the reference for every fp32 input (tests/interpret/test_fp4.py
+    and tests/test_fp4_gpu.py put values on and next to every midpoint, and NaN and inf)."""
     clamped = tl.minimum(tl.maximum(magnitude, 1.0), 6.0)
     upper_midpoints = ((clamped.to(tl.int32, bitcast=True) + 0x5FFFFF) >> 22) - 255
+    if SAT_COMPARES:
+        lower = _lower_midpoints_exceeded(magnitude)
+        return upper_midpoints + (lower.to(tl.int32, bitcast=True) >> 29)
     return tl.where(magnitude > 0.75, upper_midpoints + 2, (magnitude > 0.25).to(tl.int32))
 
 
 @triton.jit
-def _e2m1_pairs(x, inv_sf, sign_words):
+def _e2m1_pairs(x, inv_sf, sign_words, SAT_COMPARES: tl.constexpr):
     """fp32 ``x`` [..., 2k] (``inv_sf`` broadcast to it) -> int32 bytes [..., k], each the E2M1
     codes of an (even, odd) pair of ``x * inv_sf``, even code in the low nibble. ``sign_words``
     [..., k] holds the pair's sign bits at bits 15 (even) and 31 (odd), as a bf16 pair does.
@@ -91,7 +117,7 @@ def _e2m1_pairs(x, inv_sf, sign_words):
     pair besides the packing, where a sign per code took three per code. The magnitude is only
     read by compares and min/max, which take the abs as an operand modifier."""
     magnitude = tl.abs(x * inv_sf)
-    indices = tl.reshape(_e2m1_indices(magnitude), sign_words.shape + (2,))
+    indices = tl.reshape(_e2m1_indices(magnitude, SAT_COMPARES), sign_words.shape + (2,))
     low, high = tl.split(indices)
     byte = low + (high << 4)
     # Bit 15 to bit 3 and bit 31 to bits 7 and 19 in one multiply-high: (m * (2^20 + 2^8)) >> 32
@@ -127,6 +153,7 @@ def _per_token_cast_to_fp4_kernel(
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, BF16_WORDS: tl.constexpr,
     FAST_DIV: tl.constexpr = False, FLAT_GRID: tl.constexpr = False,
+    SAT_COMPARES: tl.constexpr = False,
 ):
     """Program (j, i), or with FLAT_GRID i * ceil(n / BLOCK_N) + j (for more than 65535 row
     blocks, a 2-D grid's limit on its second axis; measured 4 % slower at 16384 x 7168, so not the
@@ -134,6 +161,8 @@ def _per_token_cast_to_fp4_kernel(
     multiple of 4 * GRAN_K and of SLOT. Column blocks are the fast axis, so the programs in flight
     read neighbouring pieces of the same rows. FAST_DIV:
     the scale's division by exact_math.div_rn_by_6 (same bits; False under the interpreter).
+    SAT_COMPARES: the E2M1 index's two lower midpoints by saturating FMAs (``_e2m1_indices``;
+    inline assembly, so False under the interpreter).
     Columns past n read as 0 (the reference's zero padding). ``half_n`` is n / 2, an argument so that its divisibility by 16 is known to the
     compiler (``n // 2`` in the kernel only tells it 8): the masks then allow 16-byte accesses.
 
@@ -210,7 +239,7 @@ def _per_token_cast_to_fp4_kernel(
 
     inv_sf = tl.reshape(tl.broadcast_to(inv_sf[:, :, None], (NUM_SLOTS, GROUPS_PER_SLOT, GRAN_K)),
                         (NUM_SLOTS, SLOT))
-    packed = _e2m1_pairs(x, inv_sf, words).to(tl.int8)
+    packed = _e2m1_pairs(x, inv_sf, words, SAT_COMPARES).to(tl.int8)
     tl.store(packed_ptr + rows64[:, None] * half_n + pair_cols, packed, mask=pair_mask)
 
     groups = slot_cols[:, None] // GRAN_K + tl.arange(0, GROUPS_PER_SLOT)[None, :]
@@ -327,7 +356,8 @@ def _cast_tile(gran_k: int) -> tuple[int, int]:
 def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
                                  use_packed_ue8m0: bool = False, tma_aligned_sf: bool = False, *,
                                  block_m: int | None = None, block_n: int | None = None,
-                                 num_warps: int = 4, maxnreg: int | None = None):
+                                 num_warps: int = 4, maxnreg: int | None = None,
+                                 sat_compares: bool | None = None):
     """Per-token 1 x gran_k FP4 cast. ``x`` 2-D bf16/fp32 [m, n], n even, any strides; gran_k a
     power of two; ``use_packed_ue8m0`` needs ``use_ue8m0``.
 
@@ -338,7 +368,8 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
 
     ``block_m`` / ``block_n`` override the tile (powers of two, ``block_n`` a multiple of
     ``4 * gran_k``): the interpreter tests use larger tiles, since its cost is per program.
-    ``num_warps`` and ``maxnreg`` (a register cap for ptxas) are launch overrides for probes.
+    ``num_warps`` and ``maxnreg`` (a register cap for ptxas) are launch overrides for probes, and
+    so is ``sat_compares`` (default: on a GPU; the interpreter has no inline assembly).
     """
     m, n = x.shape
     num_groups = _cdiv(n, gran_k)
@@ -368,7 +399,8 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
             PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
-            FAST_DIV=fused_fma(), FLAT_GRID=flat, num_warps=num_warps,
+            FAST_DIV=fused_fma(), FLAT_GRID=flat,
+            SAT_COMPARES=fused_fma() if sat_compares is None else sat_compares, num_warps=num_warps,
             **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return packed, sf
 

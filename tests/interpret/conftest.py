@@ -5,8 +5,11 @@ Triton is imported, and once set, triton.compile no longer works in that process
 so the compile-only tests cannot share it.
 """
 import os
+import sys
 
 os.environ["TRITON_INTERPRET"] = "1"
+# tests/'s helper modules (e.g. fp4_ties.py, shared with the GPU tests) importable from here.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 

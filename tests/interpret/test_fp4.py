@@ -22,6 +22,7 @@ from dg_triton.triton.fp4 import (
     transpose_packed_fp4_triton,
 )
 from dg_triton.utils.math import align
+from fp4_ties import fp4_tie_row
 
 # TODO(shapes): move to tests/shapes.py with the other cast/layout shapes once that file is free.
 CAST_M = [1, 127, 129, 300]
@@ -41,28 +42,7 @@ CAST_TILE_LARGE = {"block_m": 64, "block_n": 2048}
 BACK_TILE_LARGE = {"block_m": 64, "block_n": 2048}
 TRANSPOSE_TILE_LARGE = {"block_rows": 128, "block_bytes": 1024}
 
-def _tie_row() -> torch.Tensor:
-    """128 values that, once scaled, sit on and next to every rounding threshold, plus small
-    negatives that round to zero (no sign bit), every magnitude and a saturating 5.5. Every group
-    of 32 starts with +-6, so its amax is 6 and sf is exactly 1 with or without UE8M0 (times the
-    power of two the caller applies), which makes the scaled values exact."""
-    thresholds = torch.tensor(reference_quant.FP4_E2M1_THRESHOLDS)
-    magnitudes = torch.tensor(reference_quant.FP4_E2M1_MAGNITUDES)
-    above = torch.nextafter(thresholds, torch.tensor(10.0))
-    below = torch.nextafter(thresholds, torch.tensor(0.0))
-    values = torch.cat([
-        thresholds, -thresholds, above, below, -above, -below, magnitudes, -magnitudes,
-        torch.tensor([5.5, -5.5, -0.1, -0.25, -1e-6, 0.0, -0.0, 1e-6, 0.24, -0.26]),
-    ])  # 68 values
-    row = torch.zeros(128)
-    filler = values.repeat(2)[:124]
-    for group in range(4):
-        row[32 * group] = 6.0 if group % 2 == 0 else -6.0
-        row[32 * group + 1:32 * group + 32] = filler[31 * group:31 * group + 31]
-    return row
-
-
-TIE_ROW = _tie_row()
+TIE_ROW = fp4_tie_row()
 
 
 def _random_input(m: int, n: int, dtype: torch.dtype):
