@@ -11,7 +11,7 @@ reference (NaN-poisoned output; BF16 calc_diff < 1e-5, FP8 < 1e-3) and timed in 
 cuBLAS (--rounds rounds, CUDA-graph replay, L2 flushed). Compiled dims as the API's defaults ("nk").
 
     python benchmarks/probe_l2_group.py [--families bf16,fp8] [--group-ms 4,8,16,32 | 8,model]
-                                        [--shapes 4096x4096x7168,...] [--rounds 3]
+                                        [--cluster-ms 1,2] [--shapes 4096x4096x7168,...] [--rounds 3]
     python benchmarks/probe_l2_group.py --prebuild   # compile every binary (no GPU) into DG_JIT_CACHE_DIR
 """
 import argparse
@@ -48,16 +48,21 @@ def spec_for(family, config, n, k):
     return sm90_fp8_gemm.Fp8GemmKernelSpec(config, False, torch.bfloat16, False, 0, n, k)
 
 
-def configs_for(family, m, n, k, group_ms):
-    """The heuristic pick with each group of group_ms; "model" is the pick's own group
-    (heuristics.sm90.with_l2_group), listed once."""
+def configs_for(family, m, n, k, group_ms, cluster_ms=(1,)):
+    """The heuristic pick with each group of group_ms ("model" is the pick's own group,
+    heuristics.sm90.with_l2_group, listed once) and each cluster of cluster_ms along M (2: the pair
+    of CTAs shares B through TMA multicast; where the pick's block rows are even)."""
     base = pick(family, m, n, k)
-    groups = []
-    for g in group_ms:
-        g = base.group_m if g == "model" else int(g)
-        if g not in groups:
-            groups.append(g)
-    return [dataclasses.replace(base, group_m=g) for g in groups]
+    configs = []
+    for cluster_m in cluster_ms:
+        if cluster_m > 1 and ((m + base.block_m - 1) // base.block_m) % cluster_m:
+            continue
+        for g in group_ms:
+            config = dataclasses.replace(base, group_m=base.group_m if g == "model" else int(g),
+                                         cluster_m=cluster_m)
+            if config not in configs:
+                configs.append(config)
+    return configs
 
 
 def model_mb(family, config, m, n, k):
@@ -73,11 +78,11 @@ def _compile(item):
     return spec.name
 
 
-def prebuild(families, shapes, group_ms):
+def prebuild(families, shapes, group_ms, cluster_ms):
     items = {}
     for family in families:
         for m, n, k in shapes:
-            for config in configs_for(family, m, n, k, group_ms):
+            for config in configs_for(family, m, n, k, group_ms, cluster_ms):
                 items.setdefault(spec_for(family, config, n, k).source(), (family, config, n, k))
     with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
         for name in pool.map(_compile, items.values()):
@@ -103,14 +108,14 @@ def runs_for(family, m, n, k, configs):
     return runs, (lambda: torch.matmul(a, b.T, out=d_ref)), a.float() @ b.float().T, d, 1e-5
 
 
-def measure(families, shapes, group_ms, rounds):
+def measure(families, shapes, group_ms, cluster_ms, rounds):
     from dg_triton import testing
-    lines = ["| family | shape | config | group | model MB | us | TFLOPS | vs group 8 | vs cuBLAS |",
+    lines = ["| family | shape | config | group | model MB | us | TFLOPS | vs first | vs cuBLAS |",
              "|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for family in families:
         for m, n, k in shapes:
-            configs = configs_for(family, m, n, k, group_ms)
+            configs = configs_for(family, m, n, k, group_ms, cluster_ms)
             runs, cublas, ref, d, threshold = runs_for(family, m, n, k, configs)
             for config, run in zip(configs, runs):
                 d.fill_(float("nan"))
@@ -124,15 +129,15 @@ def measure(families, shapes, group_ms, rounds):
                 for i, run in enumerate(runs + [cublas]):
                     times[i].append(testing.bench_graph(run, warmup_ms=5, rep_ms=30))
             medians = [statistics.median(t) for t in times]
-            groups = [c.group_m for c in configs]
-            base = medians[groups.index(8)] if 8 in groups else medians[0]
-            chosen = pick(family, m, n, k).group_m
+            base = medians[0]
+            chosen = pick(family, m, n, k)
             for config, us in zip(configs, medians):
-                ratios.setdefault((family, str(config.group_m)), []).append(medians[-1] / us)
-                if config.group_m == chosen:
+                label = f"{config.group_m}" + (f" cm{config.cluster_m}" if config.cluster_m > 1 else "")
+                ratios.setdefault((family, label), []).append(medians[-1] / us)
+                if config == chosen:
                     ratios.setdefault((family, "model"), []).append(medians[-1] / us)
                 lines.append(f"| {family} | {m}x{n}x{k} | {config.block_m}x{config.block_n}"
-                             f"s{config.num_stages} | {config.group_m} | "
+                             f"s{config.num_stages} | {label} | "
                              f"{model_mb(family, config, m, n, k):.0f} | {us:.1f} | "
                              f"{2 * m * n * k / us / 1e6:.0f} | {base / us:.3f} | {medians[-1] / us:.3f} |")
                 print(lines[-1], flush=True)
@@ -150,17 +155,19 @@ def main():
     parser.add_argument("--families", default="bf16,fp8")
     parser.add_argument("--group-ms", default="4,8,16,32",
                         help='comma-separated groups; "model": the heuristics\' own choice')
+    parser.add_argument("--cluster-ms", default="1", help="comma-separated CTAs per cluster along M (1, 2)")
     parser.add_argument("--rounds", type=int, default=3, help="alternated timing rounds")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     parser.add_argument("--prebuild", action="store_true", help="compile only (no GPU needed)")
     args = parser.parse_args()
     families = args.families.split(",")
     group_ms = [x if x == "model" else int(x) for x in args.group_ms.split(",")]
+    cluster_ms = [int(x) for x in args.cluster_ms.split(",")]
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.prebuild:
-        prebuild(families, shapes, group_ms)
+        prebuild(families, shapes, group_ms, cluster_ms)
     else:
-        measure(families, shapes, group_ms, args.rounds)
+        measure(families, shapes, group_ms, cluster_ms, args.rounds)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ from dg_triton.triton import fp4
 _NUM_WARPS = 4
 
 
-def _compile(fn, signature, constexprs, arch):
+def _compile(fn, signature, constexprs, arch, maxnreg=None):
+    options = {"num_warps": _NUM_WARPS, **({} if maxnreg is None else {"maxnreg": maxnreg})}
     compiled = triton.compile(ASTSource(fn, signature, constexprs),
-                              target=GPUTarget("cuda", arch, 32), options={"num_warps": _NUM_WARPS})
+                              target=GPUTarget("cuda", arch, 32), options=options)
     cubin = compiled.asm["cubin"]
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
     ptx = compiled.asm["ptx"]
@@ -67,8 +68,10 @@ CAST_VARIANTS = [("*i32", True, True), ("*fp32", False, False), ("*bf16", False,
 @pytest.mark.parametrize("x_type,bf16_words,packed", CAST_VARIANTS)
 def test_fp4_cast_kernel_compiles_with_correctly_rounded_divisions(x_type, bf16_words, packed,
                                                                    gran_k, fast_div, arch):
+    # The launcher's register cap comes with the saturating-FMA index (SAT_COMPARES = fast_div).
     ptx = _compile(fp4._per_token_cast_to_fp4_kernel, _cast_signature(x_type, packed),
-                   _cast_constexprs(gran_k, packed, bf16_words, fast_div), arch)
+                   _cast_constexprs(gran_k, packed, bf16_words, fast_div), arch,
+                   fp4._CAST_MAXNREG if fast_div else None)
     # Bitwise agreement with the reference needs correctly rounded divisions, never the
     # approximate div.full.f32 that a plain fp32 `/` lowers to: div_rn, or the sf division by
     # exact_math's FMA sequence (its FMAs must stay fused: fma.rn, no separate mul and add).

@@ -43,6 +43,13 @@ __all__ = [
 # / 0.83 of a copy at 4096 / 16384 x 7168, 32 x 256 0.80 / 0.82, 64 x 256 0.78 / 0.83, and the
 # former 16 x 256 with div_rn and rows as the grid's fast axis 0.78 / 0.76.
 _ELEMENTS_PER_PROGRAM = 8192
+# The cast's register cap on a GPU: 64 registers a thread let 8 programs share an SM instead of 7
+# (72 registers uncapped), at the cost of one spilled register (one STL and one LDL a thread,
+# outside any loop; ptxas, sm_90a). With the saturating-FMA index (SAT_COMPARES) that measured
+# 1.4-2.5 % faster than the uncapped launch on the H200 (probe_prologue, session 20: 28.0-28.4
+# against 28.6-29.1 us at 4096 x 7168, 87.0-87.2 against 88.8-88.9 at 16384 x 7168); with the
+# compare-and-select index the cap was 1-3 % slower (sessions 19 and 20).
+_CAST_MAXNREG = 64
 # The cast's column block spans at least this many columns and at least 4 K-groups, so that the
 # packed UE8M0 words (4 groups each) never straddle two programs.
 _CAST_MIN_BLOCK_N = 512
@@ -368,8 +375,9 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
 
     ``block_m`` / ``block_n`` override the tile (powers of two, ``block_n`` a multiple of
     ``4 * gran_k``): the interpreter tests use larger tiles, since its cost is per program.
-    ``num_warps`` and ``maxnreg`` (a register cap for ptxas) are launch overrides for probes, and
-    so is ``sat_compares`` (default: on a GPU; the interpreter has no inline assembly).
+    ``num_warps`` and ``maxnreg`` (a register cap for ptxas; default ``_CAST_MAXNREG`` with the
+    saturating-FMA index) are launch overrides for probes, and so is ``sat_compares`` (default: on
+    a GPU; the interpreter has no inline assembly).
     """
     m, n = x.shape
     num_groups = _cdiv(n, gran_k)
@@ -391,6 +399,10 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
     bf16_words = (x.dtype == torch.bfloat16 and x.stride(1) == 1 and x.stride(0) % 2 == 0
                   and x.storage_offset() % 2 == 0)
     x_arg = x.view(torch.int32) if bf16_words else x
+    if sat_compares is None:
+        sat_compares = fused_fma()
+    if maxnreg is None and sat_compares:
+        maxnreg = _CAST_MAXNREG
     if m > 0 and n > 0:
         col_blocks, row_blocks = _cdiv(n, block_n), _cdiv(m, block_m)
         flat = row_blocks > _MAX_GRID_Y
@@ -399,8 +411,7 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
             PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
-            FAST_DIV=fused_fma(), FLAT_GRID=flat,
-            SAT_COMPARES=fused_fma() if sat_compares is None else sat_compares, num_warps=num_warps,
+            FAST_DIV=fused_fma(), FLAT_GRID=flat, SAT_COMPARES=sat_compares, num_warps=num_warps,
             **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return packed, sf
 
