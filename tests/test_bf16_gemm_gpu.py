@@ -8,6 +8,7 @@ import zlib
 import pytest
 import torch
 
+from cupti import needs_cupti
 from shapes import (
     BF16_DENSE_BF16_OUT_NK, BF16_DENSE_DGRAD_MNK, BF16_DENSE_EDGE_M, BF16_DENSE_EDGE_NK,
     BF16_DENSE_FORWARD_M, BF16_DENSE_FP32_OUT_NK, BF16_DENSE_LARGE_NK, BF16_DENSE_TAIL_K,
@@ -216,6 +217,7 @@ def test_bf16_gemm_cuda_graph_replay_matches_eager_bitwise():
     assert torch.equal(d_graph.view(torch.int32), eager().view(torch.int32))
 
 
+@needs_cupti
 @pytest.mark.parametrize("m,n,k", [(128, 2112, 7168), (64, 576, 7168)])
 def test_a_captured_split_k_bf16_gemm_replays_as_its_kernel_alone(m, n, k):
     """A split-K call (the heuristics split these shapes) captured in a CUDA graph replays as the

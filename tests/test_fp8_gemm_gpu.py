@@ -12,6 +12,7 @@ Outputs are poisoned with NaN before each call (accumulating calls start from c 
 """
 import pytest
 import torch
+from cupti import needs_cupti
 from shapes import (FP8_DENSE_DGRAD_MNK, FP8_DENSE_FORWARD_M, FP8_DENSE_NK, FP8_DENSE_TAIL_M,
                     FP8_DENSE_WGRAD_MNK, FP8_SKIP_HEAD_MID_MNK, FP8_SKIP_HEAD_MID_SPLITS)
 
@@ -138,6 +139,7 @@ def test_fp8_gemm_nt_captures_in_a_cuda_graph():
     _check(d, a.float() @ b.float().T)
 
 
+@needs_cupti
 @pytest.mark.parametrize("m,n,k", [(128, 576, 7168), (64, 2112, 7168)])
 def test_a_captured_split_k_fp8_gemm_replays_as_its_kernel_alone(m, n, k):
     """A split-K call (the heuristics split these shapes) with scales already in the kernel's

@@ -7,6 +7,8 @@ cover the tails and forced configs; these run the compiled kernel.
 import pytest
 import torch
 
+from cupti import needs_cupti
+
 pytestmark = pytest.mark.gpu
 
 THRESHOLD = 1e-3
@@ -69,6 +71,7 @@ def test_gemv_several_rows_and_both_recipes(m, kind):
     assert calc_diff(d.float(), expected) < THRESHOLD
 
 
+@needs_cupti
 def test_gemv_in_a_cuda_graph_replays_with_new_inputs():
     _require_cuda()
     from dg_triton.testing import calc_diff, replay_kernel_names
@@ -127,6 +130,7 @@ def test_bf16_gemv_several_rows_accumulating_into_fp32(m):
     assert calc_diff(d, a.float() @ b.float().T + c) < 1e-5
 
 
+@needs_cupti
 def test_a_gemv_captured_after_other_split_k_captures_gets_aligned_counters():
     """A split-K BF16 GEMM captured first takes 66 counters from the zeroed reserve; a GEMV
     captured after it must still get 16-byte aligned ones (Triton specializes pointers on it: a
