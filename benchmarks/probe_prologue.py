@@ -28,7 +28,8 @@ SHAPES = ((4096, 7168), (16384, 7168))
 # Overrides of the launchers' tiles (the defaults are the winners of the 2026-12-02 runs, which
 # also tried the grid's axis order and div_rn against exact_math's divisions: NOTES.md session 15).
 # sat_compares False: the E2M1 index's 0.25 / 0.75 midpoints by compare and select (before session 20);
-# maxnreg 255: no register cap (the default caps at 64 with the saturating FMAs).
+# maxnreg 255: ptxas's widest cap (the default caps at 64 with the saturating FMAs; with 255 ptxas
+# may take more registers than the 72 it takes with no cap at all).
 FP4_VARIANTS = ({}, {"maxnreg": 255}, {"sat_compares": False}, {"sat_compares": False, "maxnreg": 64},
                 {"block_m": 8, "num_warps": 2})
 TRANSPOSE_VARIANTS = ({}, {"bytes_fast": False}, {"block_bytes": 128}, {"block_bytes": 128, "bytes_fast": True},

@@ -91,7 +91,7 @@ def _e2m1_indices(magnitude, SAT_COMPARES: tl.constexpr):
     is 7), as the reference defines it.
 
     Counted with bit arithmetic instead of seven compares and selects (the cast is bound by
-    the ALU pipe on the H200, not by memory: NOTES.md, session 19). From 1 to 6 the E2M1 values
+    instruction issue and the ALU pipe on the H200, not by memory: NOTES.md, sessions 19-20). From 1 to 6 the E2M1 values
     1, 1.5, 2, 3, 4, 6 are the fp32 values with one mantissa bit, 2^22 apart as bit patterns, and
     the midpoints 1.25, 1.75, 2.5, 3.5, 5 lie 2^21 above each: for a magnitude clamped to [1, 6],
     the count of those five midpoints it exceeds is ``(bits - bits(1.25) - 1 + 2^22) >> 22``, i.e.
@@ -122,7 +122,7 @@ def _e2m1_pairs(x, inv_sf, sign_words, SAT_COMPARES: tl.constexpr):
     of a nibble of t is set exactly when its index is non-zero, so ``byte | (s & t)`` sets the sign
     only on non-zero codes (no "-0", code 8), as the reference does: four integer instructions a
     pair besides the packing, where a sign per code took three per code. The magnitude is only
-    read by compares and min/max, which take the abs as an operand modifier."""
+    read by compares, min/max and FMAs, which take the abs as an operand modifier."""
     magnitude = tl.abs(x * inv_sf)
     indices = tl.reshape(_e2m1_indices(magnitude, SAT_COMPARES), sign_words.shape + (2,))
     low, high = tl.split(indices)
