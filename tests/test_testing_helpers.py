@@ -155,11 +155,13 @@ def test_bench_kineto_needs_cuda_unless_nvidia_tools_are_on(monkeypatch):
 
 
 @pytest.mark.parametrize("value", ["1", "yes"])
-def test_device_us_per_call_refuses_under_nvidia_tools(monkeypatch, value):
+def test_cupti_readers_refuse_under_nvidia_tools(monkeypatch, value):
     monkeypatch.setenv("DG_USE_NVIDIA_TOOLS", value)
     calls = []
     with pytest.raises(RuntimeError, match="DG_USE_NVIDIA_TOOLS"):
         testing.device_us_per_call(lambda: calls.append(1))
+    with pytest.raises(RuntimeError, match="DG_USE_NVIDIA_TOOLS"):
+        testing.replay_kernel_names(None)   # refused before the graph is looked at
     assert calls == []
 
 
