@@ -6,8 +6,8 @@ counters (`ncu --profile-from-start off`: only that call is profiled, not the wa
 
 Variants, at bench_prologue's shapes (M rows of 7168 bf16 columns where it applies): fp4_cast
 (per_token_cast_to_fp4, gran 32, packed UE8M0; fp4_cast_compares: the same with the E2M1 index's
-lower midpoints by compare and select, as before session 20), fp8_cast (per_token_cast_to_fp8, the FP8 cast that
-reaches 0.92 of a copy, for contrast), transpose_fp4 (transpose_packed_fp4 of that cast's output),
+lower midpoints by compare and select, as before session 20), fp8_cast (per_token_cast_to_fp8, the
+FP8 cast that reaches 0.92 of a copy, for contrast), transpose_fp4 (transpose_packed_fp4 of that cast's output),
 swiglu (the fused SwiGLU + FP8 cast on [M, 4096] with routing weights), packed_sf
 (get_mn_major_tma_aligned_packed_ue8m0_tensor of [M, 56]), copy_N (an eager copy of N MB).
 """

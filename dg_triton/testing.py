@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from .env import env_flag
 from .errors import reject
 from .settings import current_arch_major
 
@@ -242,7 +243,7 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
 
 def _nvidia_tools_on() -> bool:
     """Whether DG_USE_NVIDIA_TOOLS says an NVIDIA tool (nsys, ncu, compute-sanitizer) holds CUPTI."""
-    return os.environ.get("DG_USE_NVIDIA_TOOLS", "0") not in ("", "0")
+    return env_flag("DG_USE_NVIDIA_TOOLS")
 
 
 def _refuse_under_nvidia_tools(function: str, what: str) -> None:
@@ -330,7 +331,7 @@ def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: 
     row counts: total device time over total launches); a name that matches none gives 0, as
     upstream's helper does (a kernel the call did not run took no time). ``barrier``, when given,
     is called before each call (multi-process runs). Returns 1 (one per name for a tuple) without
-    profiling when ``DG_USE_NVIDIA_TOOLS`` is set to anything but 0, since CUPTI cannot be shared
+    profiling when ``DG_USE_NVIDIA_TOOLS`` is set (``env.env_flag``), since CUPTI cannot be shared
     with nsys, ncu or compute-sanitizer.
     """
     if _nvidia_tools_on():

@@ -399,8 +399,9 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
     bf16_words = (x.dtype == torch.bfloat16 and x.stride(1) == 1 and x.stride(0) % 2 == 0
                   and x.storage_offset() % 2 == 0)
     x_arg = x.view(torch.int32) if bf16_words else x
+    on_gpu = fused_fma()  # not under the interpreter
     if sat_compares is None:
-        sat_compares = fused_fma()
+        sat_compares = on_gpu
     if maxnreg is None and sat_compares:
         maxnreg = _CAST_MAXNREG
     if m > 0 and n > 0:
@@ -411,7 +412,7 @@ def per_token_cast_to_fp4_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int =
             x_arg.stride(0), x_arg.stride(1), sf.stride(0), sf.stride(1),
             GRAN_K=gran_k, BLOCK_M=block_m, BLOCK_N=block_n, USE_UE8M0=bool(use_ue8m0),
             PACKED_UE8M0=bool(use_packed_ue8m0), BF16_WORDS=bf16_words,
-            FAST_DIV=fused_fma(), FLAT_GRID=flat, SAT_COMPARES=sat_compares, num_warps=num_warps,
+            FAST_DIV=on_gpu, FLAT_GRID=flat, SAT_COMPARES=sat_compares, num_warps=num_warps,
             **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return packed, sf
 
