@@ -8,7 +8,8 @@ through plain global stores), and no call into a fallback (CALL.ABS), the failur
 built for the wrong architecture (TOOLCHAIN.md "Pitfalls").
 
 A binary is fixed by (block_m, block_n, stages, split-K) x A/B major-ness x out dtype x accumulate.
-The heuristics always use the most stages that fit (`max_stages`), and take tiles from
+The heuristics use the most stages that fit (`max_stages`; up to DEEP_PIPELINE_STAGES instead of
+MAX_STAGES for narrow tiles at long K, `with_pipeline_depth`), and take tiles from
 `bf16_gemm_candidates`; the full product is several hundred binaries. This file compiles a covering
 subset (see `_variants`): every tile shape in two opposite corners of the layout/dtype/accumulate
 space, and all 16 layout/dtype/accumulate combinations for the largest and the smallest tile.
@@ -68,9 +69,13 @@ class Tile:
     split_k: bool
     stages: tuple  # ((out_dtype, num_stages), ...)
     b_mn_major_ok: bool
+    deep_stages: tuple = ()  # ((out_dtype, num_stages), ...) where with_pipeline_depth adds stages
 
     def stages_for(self, out_dtype):
         return dict(self.stages).get(out_dtype)
+
+    def deep_stages_for(self, out_dtype):
+        return dict(self.deep_stages).get(out_dtype)
 
 
 def chosen_tiles() -> list[Tile]:
@@ -86,14 +91,21 @@ def chosen_tiles() -> list[Tile]:
         for split_k in (False, True):
             stages = tuple((dtype, s) for dtype, size in _OUT_BYTES.items()
                            if (s := heuristics.max_stages(block_m, block_n, size, split_k)) >= 3)
+            # The long-K stage counts of with_pipeline_depth, where they differ.
+            deep = tuple((dtype, s) for dtype, size in _OUT_BYTES.items()
+                         if (s := heuristics.max_stages(block_m, block_n, size, split_k,
+                                                        cap=heuristics.DEEP_PIPELINE_STAGES))
+                         > dict(stages).get(dtype, s))
             if stages:
-                tiles.append(Tile(block_m, block_n, split_k, stages, b_mn_major_ok))
+                tiles.append(Tile(block_m, block_n, split_k, stages, b_mn_major_ok, deep))
     return tiles
 
 
-def _spec(tile: Tile, a_k_major, b_k_major, out_dtype, accumulate, **dims) -> Bf16GemmKernelSpec:
+def _spec(tile: Tile, a_k_major, b_k_major, out_dtype, accumulate, deep=False,
+          **dims) -> Bf16GemmKernelSpec:
+    stages = tile.deep_stages_for(out_dtype) if deep else tile.stages_for(out_dtype)
     config = Bf16GemmConfig(block_m=tile.block_m, block_n=tile.block_n,
-                            num_stages=tile.stages_for(out_dtype), group_m=_GROUP_M,
+                            num_stages=stages, group_m=_GROUP_M,
                             num_sms=_NUM_SMS, num_splits=2 if tile.split_k else 1)
     return Bf16GemmKernelSpec(config, a_k_major, b_k_major, out_dtype, accumulate, **dims)
 
@@ -137,6 +149,10 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
             # Alternate the corner by tile so both kinds meet both block_m.
             corners = _corners(tile)
             full_sass.append(corners[(tile.block_n // 64 + tile.block_m // 64) % len(corners)])
+        # with_pipeline_depth's deeper rings (narrow tiles at long K): the corner the dense
+        # forward GEMMs run (K-major, BF16 D, no c) at the deep stage count.
+        if tile.deep_stages_for(torch.bfloat16):
+            full_sass.append(_spec(tile, True, True, torch.bfloat16, False, deep=True))
     for out_dtype in (torch.bfloat16, torch.float32):
         full_sass += _all_combos(_largest(tiles, out_dtype), (out_dtype,))
     full_sass += _all_combos(_find(tiles, 64, 64))
@@ -185,8 +201,15 @@ def test_variant_list_covers_every_chosen_tile_and_all_combos_of_the_extremes():
     # Every chosen config fits the shared-memory limit the kernel's static_assert enforces.
     for spec in specs:
         assert spec.shared_memory <= heuristics.SMEM_LIMIT
-        assert spec.config.num_stages == heuristics.max_stages(
-            spec.config.block_m, spec.config.block_n, _OUT_BYTES[spec.out_dtype], spec.split_k)
+        assert spec.config.num_stages in {
+            heuristics.max_stages(spec.config.block_m, spec.config.block_n,
+                                  _OUT_BYTES[spec.out_dtype], spec.split_k, cap=cap)
+            for cap in (heuristics.MAX_STAGES, heuristics.DEEP_PIPELINE_STAGES)}
+    # The deep rings are covered for every tile that has one.
+    deep = {(s.config.block_m, s.config.block_n, s.split_k) for s in specs
+            if s.config.num_stages > heuristics.MAX_STAGES}
+    assert deep == {(t.block_m, t.block_n, t.split_k) for t in tiles
+                    if t.deep_stages_for(torch.bfloat16)}
 
 
 def _check_ptxas_report(compiled: compiler.CompiledKernel) -> None:

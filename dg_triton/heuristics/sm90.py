@@ -88,10 +88,37 @@ def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_byt
 
 
 def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False,
-               extra_stage_bytes: int = 0) -> int:
+               extra_stage_bytes: int = 0, cap: int | None = None) -> int:
+    """The most stages that fit shared memory, at most `cap` (MAX_STAGES when None)."""
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
     fixed = bf16_gemm_shared_memory(block_m, block_n, 0, out_bytes, split_k)
-    return min((SMEM_LIMIT - fixed - 16 * 8) // stage, MAX_STAGES)
+    return min((SMEM_LIMIT - fixed - 16 * 8) // stage, MAX_STAGES if cap is None else cap)
+
+
+# Deeper pipelines for the dense GEMMs (with_pipeline_depth): up to DEEP_PIPELINE_STAGES stages at
+# K >= DEEP_PIPELINE_MIN_K when B is at most DEEP_PIPELINE_MAX_B_BYTES.
+DEEP_PIPELINE_STAGES = 12
+DEEP_PIPELINE_MIN_K = 4096
+DEEP_PIPELINE_MAX_B_BYTES = 64 << 20
+
+
+def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes: int,
+                        out_bytes: int, extra_stage_bytes: int = 0) -> Bf16GemmConfig:
+    """`config` with up to DEEP_PIPELINE_STAGES stages instead of MAX_STAGES where shared memory
+    has room (narrow tiles: 64x16..64x64) and the problem waits on L2 -> SM latency rather than on
+    HBM bandwidth: K >= DEEP_PIPELINE_MIN_K, and B, the operand that streams from memory at small M,
+    at most DEEP_PIPELINE_MAX_B_BYTES. Measured on the H200 (benchmarks/NOTES.md session 21,
+    results/probe_stages-h200.txt), 12 stages against 8: FP8 1D2D 64x4096x7168 +6.7 %,
+    128x4096x7168 +6.5 %, 64/128x2112x7168 +3.4 / +2.5 %, 64/128x576x7168 +2.6 / +3.3 %; BF16
+    128x4096x7168 +12.8 % (B 59 MB), 128x2112x7168 +7.8 %, 64/128x576x7168 +4.7 / +4.6 %, the other
+    K = 7168 ones within 0.2 %. Left at 8: K <= 2048 (1.3-2.5 % slower with 12, where a tile's
+    whole K loop is a few stages) and B of 117-235 MB at K = 16384 (0.7-2.2 % slower: HBM-bound)."""
+    if (k < DEEP_PIPELINE_MIN_K or n * k * b_element_bytes > DEEP_PIPELINE_MAX_B_BYTES
+            or config.num_stages < MAX_STAGES):
+        return config
+    stages = max_stages(config.block_m, config.block_n, out_bytes, config.num_splits > 1,
+                        extra_stage_bytes, cap=DEEP_PIPELINE_STAGES)
+    return replace(config, num_stages=max(stages, config.num_stages))
 
 
 def bf16_gemm_candidates(m: int, n: int, b_k_major: bool = True, block_n_multiple: int = 1):
@@ -355,7 +382,7 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
     if block_n_multiple == 1:
         tuned = tuned_config(m, n, k, out_bytes, b_k_major, num_sms)
         if tuned is not None:
-            return tuned
+            return with_pipeline_depth(tuned, n, k, 2, out_bytes)
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n, b_k_major, block_n_multiple):
         tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
@@ -374,7 +401,7 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
-    return with_l2_group(best[1], m, n, k, 2)
+    return with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes)
 
 
 # FP8 (fp8_gemm.cuh): each consumer thread holds two sets of BLOCK_N / 2 FP32 values (the scaled
@@ -473,10 +500,16 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     faster (K <= 1536 shapes; the model mispredicted them, NOTES.md session 17). `block_n_multiple`:
     set_block_size_multiple_of's N multiple (block N a multiple of lcm(16, it)). A tuned entry
     (autotune_configs/sm90/fp8_gemm.json) wins when neither constraint is set."""
+    def deepened(config):   # with_pipeline_depth: measured for 1D2D only
+        if kind != "1d2d":
+            return config
+        return with_pipeline_depth(config, n, k, 1, out_bytes,
+                                   fp8_scale_stage_bytes(kind, config.block_m, config.block_n))
+
     if block_n_divides is None and block_n_multiple == 1:
         tuned = tuned_fp8_config(kind, m, n, k, out_bytes, num_sms)
         if tuned is not None:
-            return tuned
+            return deepened(tuned)
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n, block_n_multiple=block_n_multiple):
         if not fp8_block_n_fits(kind, block_m, block_n) or (block_n_divides and block_n_divides % block_n):
@@ -495,7 +528,7 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     if best is None:
         raise RuntimeError(f"no SM90 FP8 GEMM config for m={m} n={n} k={k}"
                            + (f" with block N dividing {block_n_divides}" if block_n_divides else ""))
-    return with_l2_group(best[1], m, n, k, 1)
+    return deepened(with_l2_group(best[1], m, n, k, 1))
 
 
 def tuned_fp8_config(kind, m, n, k, out_bytes, num_sms) -> Bf16GemmConfig | None:
