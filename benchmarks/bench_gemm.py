@@ -441,8 +441,9 @@ def fp8_main(ms, rows, failures, sweep=False):
         if group == "wgrad":
             wgrad.setdefault((m, k), {})[kind] = tf
     pairs = [v["1d1d"] / v["1d2d"] for v in wgrad.values() if "1d1d" in v and "1d2d" in v]
-    lines.append(f"wgrad shapes: 1D1D TFLOPS / 1D2D TFLOPS geomean {geomean(pairs):.3f} "
-                 f"(min {min(pairs) if pairs else float('nan'):.3f})")
+    if pairs:   # none with --no-wgrad
+        lines.append(f"wgrad shapes: 1D1D TFLOPS / 1D2D TFLOPS geomean {geomean(pairs):.3f} "
+                     f"(min {min(pairs):.3f})")
     return lines
 
 
