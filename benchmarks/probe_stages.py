@@ -1,10 +1,10 @@
 """Probe: the pipeline's stage cap (heuristics.sm90.MAX_STAGES, 8 since the first kernel) against
 higher caps, on the shapes whose tiles are small enough for more stages to fit: FP8 1D2D and BF16
 at M=64 and M=128, and the masked FP8 decode shapes (expected m 20). Every variant goes through the
-public API with the cap patched and every plan cache cleared, is checked against the reference
-(NaN-poisoned output), captured into its own CUDA graph and timed in alternation with the others
-(--rounds rounds of do_bench over the graph's replay, L2 flushed). Prints one table; NOTES.md keeps
-the conclusions.
+public API with the cap patched (MAX_STAGES and with_pipeline_depth's DEEP_PIPELINE_STAGES alike)
+and every plan cache cleared, is checked against the reference (NaN-poisoned output), and is timed
+in alternation with the others (--rounds rounds of testing.bench_graph, L2 flushed). Prints one
+table; NOTES.md keeps the conclusions.
 
     python benchmarks/probe_stages.py [--caps 8,12,16] [--families fp8,bf16,masked] [--ms 64,128]
 
@@ -30,32 +30,30 @@ import dg_triton  # noqa: E402
 from dg_triton import gemm, testing  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm, sm90_grouped_gemm  # noqa: E402
+from fp8_probe_operands import fp8_1d2d_operands  # noqa: E402
 from shapes import GROUPED_NK  # noqa: E402
 
 DENSE_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
             (7168, 2048)]
 
 
-def plan_caches():
-    return (gemm._warm_plans, sm90_fp8_gemm._plans, sm90_bf16_gemm._plans, sm90_grouped_gemm._plans,
-            sm90_grouped_gemm._fp8_plans)
-
-
 def clear_plans():
-    for cache in plan_caches():
+    for cache in (gemm._warm_plans, sm90_fp8_gemm._plans, sm90_bf16_gemm._plans,
+                  sm90_grouped_gemm._plans, sm90_grouped_gemm._fp8_plans):
         cache.clear()
 
 
 @contextlib.contextmanager
 def stage_cap(cap):
-    """Plans made inside use at most `cap` stages (where shared memory allows)."""
-    saved = heuristics.MAX_STAGES
-    heuristics.MAX_STAGES = cap
+    """Plans made inside use at most `cap` stages (where shared memory allows), whatever
+    with_pipeline_depth would give them: both of its caps are patched."""
+    saved = heuristics.MAX_STAGES, heuristics.DEEP_PIPELINE_STAGES
+    heuristics.MAX_STAGES = heuristics.DEEP_PIPELINE_STAGES = cap
     clear_plans()
     try:
         yield
     finally:
-        heuristics.MAX_STAGES = saved
+        heuristics.MAX_STAGES, heuristics.DEEP_PIPELINE_STAGES = saved
         clear_plans()
 
 
@@ -66,17 +64,17 @@ def latest_config(plans):
 
 
 def dense_variant(family, m, n, k):
-    """(call, config name) of one dense GEMM built and checked under the current cap."""
-    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    ref = a.float() @ b.float().T
+    """(call, config name, FLOPs, bytes) of one dense GEMM, checked under the current cap."""
     if family == "fp8":
-        a_fp8 = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-        b_fp8 = dg_triton.per_block_cast_to_fp8(b, False)
-        call, threshold, plans = (lambda: dg_triton.fp8_gemm_nt(a_fp8, b_fp8, d)), 1e-3, sm90_fp8_gemm._plans
+        ops = fp8_1d2d_operands(m, n, k)
+        d, ref, threshold, plans = ops.d, ops.ref, 1e-3, sm90_fp8_gemm._plans
+        call = lambda: dg_triton.fp8_gemm_nt((ops.a_q, ops.sfa), (ops.b_q, ops.sfb), d)  # noqa: E731
     else:
-        call, threshold, plans = (lambda: dg_triton.bf16_gemm_nt(a, b, d)), 1e-5, sm90_bf16_gemm._plans
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        ref, threshold, plans = a.float() @ b.float().T, 1e-5, sm90_bf16_gemm._plans
+        call = lambda: dg_triton.bf16_gemm_nt(a, b, d)  # noqa: E731
     d.fill_(float("nan"))
     call()
     torch.cuda.synchronize()
@@ -93,26 +91,23 @@ def masked_variant(groups, expected, n, k):
 
 
 def measure(label, build, caps, rounds):
+    """One table row: each cap that changes the plan, timed in alternation. Every timing plans and
+    captures its call under its own cap (bench_graph), so no plan outlives its cap."""
     variants, seen = [], set()
     for cap in caps:
         with stage_cap(cap):
             call, config, flops, nbytes = build()
-            if config in seen:          # the cap did not change the plan
-                continue
+        if config not in seen:          # else the cap did not change the plan
             seen.add(config)
-            # The graph replays the plan's launch: keep the call's tensors and the plans (split-K
-            # workspaces and counters) alive after the cap's caches are cleared.
-            keep = (call, [list(cache.values()) for cache in plan_caches()])
-            variants.append((config, testing.capture_graph(call), keep))
-    import triton.testing
+            variants.append((cap, config, call))
     times = [[] for _ in variants]
     for _ in range(rounds):
-        for i, (_, graph, _) in enumerate(variants):
-            times[i].append(1e3 * triton.testing.do_bench(graph.replay, warmup=5, rep=30,
-                                                          return_mode="median"))
+        for i, (cap, _, call) in enumerate(variants):
+            with stage_cap(cap):
+                times[i].append(testing.bench_graph(call, warmup_ms=5, rep_ms=30))
     medians = [statistics.median(t) for t in times]
     cells = []
-    for (config, _, _), us in zip(variants, medians):
+    for (_, config, _), us in zip(variants, medians):
         rate = f"{nbytes / us / 1e6:.2f} TB/s" if nbytes else f"{flops / us / 1e6:.0f} TFLOPS"
         cells.append(f"{config} {us:.1f} us ({rate}, {medians[0] / us:.3f}x)")
     line = f"| {label} | " + " | ".join(cells) + " |"

@@ -10,13 +10,14 @@ NUM_SMS = 132
 @pytest.mark.parametrize("m,n,k", [(64, 4096, 7168), (128, 4096, 7168), (128, 2112, 7168),
                                    (64, 576, 7168), (128, 576, 7168)])
 def test_narrow_tiles_at_long_k_with_a_small_b_get_the_deep_ring(m, n, k):
-    for config, smem in (
-            (bf16 := sm90.choose_bf16_gemm_config(m, n, k, 2, NUM_SMS),
-             sm90.bf16_gemm_shared_memory(bf16.block_m, bf16.block_n, bf16.num_stages, 2,
-                                          bf16.num_splits > 1)),
-            (fp8 := sm90.choose_fp8_gemm_config(m, n, k, 2, NUM_SMS),
-             sm90.fp8_gemm_shared_memory("1d2d", fp8.block_m, fp8.block_n, fp8.num_stages, 2,
-                                         fp8.num_splits > 1))):
+    bf16 = sm90.choose_bf16_gemm_config(m, n, k, 2, NUM_SMS)
+    fp8 = sm90.choose_fp8_gemm_config(m, n, k, 2, NUM_SMS)
+    shared_memory = [
+        (bf16, sm90.bf16_gemm_shared_memory(bf16.block_m, bf16.block_n, bf16.num_stages, 2,
+                                            bf16.num_splits > 1)),
+        (fp8, sm90.fp8_gemm_shared_memory("1d2d", fp8.block_m, fp8.block_n, fp8.num_stages, 2,
+                                          fp8.num_splits > 1))]
+    for config, smem in shared_memory:
         assert config.num_stages > sm90.MAX_STAGES, config
         assert config.num_stages <= sm90.DEEP_PIPELINE_STAGES
         assert smem <= sm90.SMEM_LIMIT
