@@ -24,12 +24,15 @@ namespace dg::sm90 {
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kAKMajor_,
           bool kBKMajor_, typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_,
           uint32_t kClusterM_, uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_,
-          uint32_t kShapeK_>
+          uint32_t kShapeK_, bool kStreamK_ = false>
 struct Bf16GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     static constexpr bool kAKMajor = kAKMajor_, kBKMajor = kBKMajor_, kAccumulate = kAccumulate_;
     // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (num_splits at run time).
     static constexpr bool kSplitK = kSplitK_;
+    // Stream-K for the last wave (StreamKTileScheduler): whole tiles go through the TMA-store
+    // epilogue, tiles split between CTAs through SplitKEpilogue.
+    static constexpr bool kStreamK = kStreamK_;
     static constexpr uint32_t kGroupM = kGroupM_;
     // CTAs per cluster along M or N (at most one of them 2). Along N the pair shares every A tile,
     // along M every B tile: each CTA loads half of the shared tile and TMA multicasts the half to
@@ -73,12 +76,14 @@ struct Bf16GemmTraits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kBKMajor || kBlockN % kAtom == 0, "an MN-major B needs whole 64-column atoms");
     static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
+    static_assert(!kStreamK || (!kSplitK && kClusterSize == 1), "stream-K: no split-K, no clusters");
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
 };
 
-// Split-K arguments (ignored unless T::kSplitK): num_splits K-slices per tile, an FP32 workspace,
-// zeroed per-tile counters, and D as a plain pointer with its row stride.
+// Split-K arguments (used by T::kSplitK and T::kStreamK): an FP32 workspace, zeroed per-tile
+// counters, and D as a plain pointer with its row stride. num_splits: K-slices per tile (split-K),
+// or the tiles that run whole before the stream-K phase (stream-K; StreamKTileScheduler).
 struct SplitKArguments {
     uint32_t num_splits;
     float* workspace;
@@ -120,7 +125,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     // issued, rather than at its store: a probe build only until measured (fp8_gemm.cuh,
     // kEarlyCLoad).
 #ifdef DG_PROBE_EARLY_C_LOAD
-    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
+    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
@@ -199,6 +204,15 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
+            if constexpr (T::kStreamK) {
+                if (unit.num_pieces > 1) {   // a tile split between CTAs: sum the pieces
+                    T::SplitEpilogue::store(acc, unit, unit.num_pieces, scheduler.num_sk_tiles,
+                                            math_wg, split.workspace, split.counters,
+                                            static_cast<typename T::OutT*>(split.d), split.ld_d, m,
+                                            n, &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+                    continue;
+                }
+            }
             T::Epilogue::template store<kEarlyCLoad>(
                 acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup, &epilogue_barriers[math_wg],
                 epilogue_phase, &tma_d, unit.m_block * T::kBlockM + math_wg * 64,
@@ -248,8 +262,9 @@ __device__ __forceinline__ void bf16_gemm_body(const TmaDescriptor& tma_a, const
     const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
     const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
     const uint32_t num_splits = T::kSplitK ? split.num_splits : 1;
+    // The scheduler's last argument: K-slices per tile, or with stream-K the whole tiles.
     bf16_gemm_run<T, Scheduler<T>>(tma_a, tma_b, tma_d, m, n, num_splits, split, m, n,
-                                   num_k_blocks, num_splits);
+                                   num_k_blocks, T::kStreamK ? split.num_splits : num_splits);
 }
 
 }  // namespace dg::sm90

@@ -44,7 +44,8 @@ namespace dg::sm90 {
 
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kScaleBPerColumn_,
           typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_, uint32_t kClusterM_,
-          uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_>
+          uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_,
+          bool kStreamK_ = false>
 struct Fp8GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     // false: "1D2D", one sfb per 128x128 block of B; true: "1D1D", one per column per 128 of K.
@@ -53,6 +54,9 @@ struct Fp8GemmTraits {
     // Split-K: K-slices of a tile on several CTAs, reduced by SplitKEpilogue (small M, where the
     // tiles alone leave SMs idle; num_splits at run time).
     static constexpr bool kSplitK = kSplitK_;
+    // Stream-K for the last wave (StreamKTileScheduler): whole tiles go through the TMA-store
+    // epilogue, tiles split between CTAs through SplitKEpilogue (as bf16_gemm.cuh).
+    static constexpr bool kStreamK = kStreamK_;
     static constexpr bool kAKMajor = true, kBKMajor = true;
     static constexpr uint32_t kGroupM = kGroupM_;
     static constexpr uint32_t kClusterM = kClusterM_, kClusterN = kClusterN_;
@@ -152,6 +156,8 @@ struct Fp8GemmTraits {
                   "two accumulator sets and a partial set)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
     static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
+    static_assert(!kStreamK || (!kSplitK && kClusterSize == 1 && kRowWaves == 1),
+                  "stream-K: no split-K, no clusters, no 256-row tiles");
     static_assert(!kAccumulate || kScaleBPerColumn, "accumulation into D is the 1D1D (wgrad) recipe");
     static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0, "tiles must stay 1024-aligned");
     static_assert(kSmemBytes <= 232448, "shared memory plan exceeds the SM90 limit (227 KB)");
@@ -173,7 +179,7 @@ struct Fp8ScaleArguments {
 __device__ __forceinline__ uint32_t unit_group(const WorkUnit&) { return 0; }
 __device__ __forceinline__ uint32_t unit_group(const GroupedWorkUnit& unit) { return unit.group; }
 
-// Split-K arguments (ignored unless T::kSplitK): as the BF16 kernel's (bf16_gemm.cuh).
+// Split-K and stream-K arguments: as the BF16 kernel's SplitKArguments (bf16_gemm.cuh).
 struct Fp8SplitArguments {
     uint32_t num_splits;
     float* workspace;
@@ -414,7 +420,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     // so a probe build only for now (benchmarks/probe_fp8.py --accumulate --variants
     // ",DG_PROBE_EARLY_C_LOAD").
 #ifdef DG_PROBE_EARLY_C_LOAD
-    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK;
+    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
 #else
     constexpr bool kEarlyCLoad = false;
 #endif
@@ -594,6 +600,17 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {
+            if constexpr (T::kStreamK) {
+                // A tile split between CTAs: sum the pieces (the host never takes stream-K for
+                // skip-head-mid problems: this store has no column remap).
+                if (unit.num_pieces > 1) {
+                    T::SplitEpilogue::store(acc[0], unit, unit.num_pieces, scheduler.num_sk_tiles,
+                                            math_wg, split.workspace, split.counters,
+                                            static_cast<typename T::OutT*>(split.d), split.ld_d, m,
+                                            n, &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
+                    continue;
+                }
+            }
             // One store per row wave, each through its own staging slice: a wave waits only for
             // the store that last read its slice (the previous tile's same wave), not for the
             // store of the wave before it.
@@ -669,7 +686,8 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaDescriptor& tma_a, const 
     const uint32_t k = T::kShapeK ? T::kShapeK : shape_k;
     const uint32_t num_k_blocks = (k + T::kBlockK - 1) / T::kBlockK;
     fp8_gemm_run<T, Scheduler<T>>(tma_a, tma_b, tma_d, tma_sfa, tma_sfb, scales, split, m, n, 0,
-                                  m, n, num_k_blocks, T::kSplitK ? split.num_splits : 1);
+                                  m, n, num_k_blocks,
+                                  T::kSplitK || T::kStreamK ? split.num_splits : 1);
 }
 
 }  // namespace dg::sm90

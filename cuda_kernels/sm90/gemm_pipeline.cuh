@@ -14,9 +14,18 @@
 
 namespace dg::sm90 {
 
+// The dense GEMMs' scheduler: round-robin over whole tiles (or K-slices), or stream-K for the
+// last wave (T::kStreamK).
+template <class T, bool kStreamK = T::kStreamK>
+struct DenseScheduler {
+    using type = PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterM, T::kClusterN>;
+};
 template <class T>
-using Scheduler =
-    PersistentTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM, T::kClusterM, T::kClusterN>;
+struct DenseScheduler<T, true> {
+    using type = StreamKTileScheduler<T::kBlockM, T::kBlockN, T::kGroupM>;
+};
+template <class T>
+using Scheduler = typename DenseScheduler<T>::type;
 
 // Stage ring position: the stage index and the parity of the barrier phase it is in.
 struct PipelineState {

@@ -94,4 +94,89 @@ struct PersistentTileScheduler {
     __device__ __forceinline__ static uint32_t b_k_offset(const WorkUnit&) { return 0; }
 };
 
+// Stream-K (Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix
+// Multiplication on the GPU", 2023), in its data-parallel + stream-K hybrid: when the tiles are
+// not a whole number of waves, the last, partly filled wave leaves SMs idle (at M = 4096 every
+// benchmark shape has 4 of the H200's 132 SMs idle throughout: 128 x k tiles). Here the first
+// `dp_tiles` tiles of the L2-friendly order run whole, round-robin as PersistentTileScheduler
+// hands them out; the K blocks of the remaining tiles, taken as one sequence (tile by tile),
+// are cut into gridDim.x equal contiguous ranges, one per CTA. A tile whose K blocks fall into
+// several CTAs' ranges is a "split" tile: each CTA computes its piece and SplitKEpilogue sums the
+// pieces in piece order (piece 0 holds K block 0), so the result does not depend on which CTA
+// finishes last. Nothing waits on another CTA (the last to arrive sums), so co-residency is not
+// needed. The host guarantees at least one K block per CTA in the stream-K phase (so every CTA
+// between a tile's first and last owner holds a piece of it) and sizes the workspace by
+// heuristics.sm90.stream_k_plan, which mirrors this partition.
+struct StreamKUnit : WorkUnit {
+    uint32_t num_pieces;   // CTAs sharing this tile's K blocks; 1: a whole tile
+};
+
+template <uint32_t kBlockM, uint32_t kBlockN, uint32_t kGroupM>
+struct StreamKTileScheduler {
+    using Order = PersistentTileScheduler<kBlockM, kBlockN, kGroupM, 1, 1>;
+    uint32_t num_m_blocks, num_n_blocks, num_tiles, num_k_blocks;
+    uint32_t dp_tiles, num_sk_tiles;     // whole tiles first, then the stream-K tiles
+    uint64_t sk_iterations;              // K blocks of all stream-K tiles
+    uint32_t next_tile;                  // this CTA's next whole tile
+    uint64_t iteration, iteration_end;   // this CTA's stream-K K blocks [iteration, iteration_end)
+
+    __device__ __forceinline__ StreamKTileScheduler(uint32_t m, uint32_t n, uint32_t k_blocks,
+                                                    uint32_t whole_tiles)
+        : num_m_blocks((m + kBlockM - 1) / kBlockM),
+          num_n_blocks((n + kBlockN - 1) / kBlockN),
+          num_tiles(num_m_blocks * num_n_blocks),
+          num_k_blocks(k_blocks),
+          dp_tiles(min(whole_tiles, num_tiles)),
+          num_sk_tiles(num_tiles - dp_tiles),
+          sk_iterations(static_cast<uint64_t>(num_sk_tiles) * k_blocks),
+          next_tile(blockIdx.x),
+          iteration(first_iteration(blockIdx.x)),
+          iteration_end(first_iteration(blockIdx.x + 1)) {}
+
+    using Unit = StreamKUnit;
+    static constexpr bool kGrouped = false;
+
+    // CTA c's stream-K range starts here (the ranges differ in length by at most one K block).
+    __device__ __forceinline__ uint64_t first_iteration(uint32_t cta) const {
+        return static_cast<uint64_t>(cta) * sk_iterations / gridDim.x;
+    }
+    // The CTA whose range holds stream-K iteration x: the last c with first_iteration(c) <= x.
+    __device__ __forceinline__ uint32_t owner(uint64_t x) const {
+        return static_cast<uint32_t>(((x + 1) * gridDim.x - 1) / sk_iterations);
+    }
+
+    __device__ __forceinline__ bool next(StreamKUnit& unit) {
+        uint32_t tile_index;
+        if (next_tile < dp_tiles) {
+            tile_index = next_tile;
+            next_tile += gridDim.x;
+            unit.split = 0;
+            unit.num_pieces = 1;
+            unit.k_block_begin = 0;
+            unit.k_block_end = num_k_blocks;
+            unit.tile = tile_index;
+        } else if (iteration < iteration_end) {
+            const uint32_t sk_tile = static_cast<uint32_t>(iteration / num_k_blocks);
+            const uint64_t tile_begin = static_cast<uint64_t>(sk_tile) * num_k_blocks;
+            unit.k_block_begin = static_cast<uint32_t>(iteration - tile_begin);
+            unit.k_block_end = static_cast<uint32_t>(
+                min(static_cast<uint64_t>(num_k_blocks), iteration_end - tile_begin));
+            const uint32_t first_owner = owner(tile_begin);
+            unit.num_pieces = owner(tile_begin + num_k_blocks - 1) - first_owner + 1;
+            unit.split = blockIdx.x - first_owner;
+            unit.tile = sk_tile;   // SplitKEpilogue's index: among the stream-K tiles
+            iteration = tile_begin + unit.k_block_end;
+            tile_index = dp_tiles + sk_tile;
+        } else {
+            return false;
+        }
+        Order::swizzle(tile_index, num_m_blocks, num_n_blocks, unit.m_block, unit.n_block);
+        return true;
+    }
+
+    __device__ __forceinline__ static uint32_t a_row(const WorkUnit& unit) { return Order::a_row(unit); }
+    __device__ __forceinline__ static uint32_t b_row(const WorkUnit& unit) { return Order::b_row(unit); }
+    __device__ __forceinline__ static uint32_t b_k_offset(const WorkUnit&) { return 0; }
+};
+
 }  // namespace dg::sm90

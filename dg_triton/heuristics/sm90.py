@@ -46,6 +46,7 @@ class Bf16GemmConfig:
     num_splits: int = 1   # K-slices per tile (split-K) when > 1
     cluster_n: int = 1    # CTAs per cluster along N sharing A by TMA multicast (1 or 2)
     cluster_m: int = 1    # CTAs per cluster along M sharing B by TMA multicast (1 or 2)
+    stream_k: bool = False  # the last, partial wave's K blocks spread over every CTA (with_stream_k)
 
     @property
     def num_threads(self) -> int:
@@ -181,6 +182,83 @@ def make_config(m: int, n: int, block_m: int, block_n: int, num_splits: int, k: 
     return Bf16GemmConfig(block_m=block_m, block_n=block_n, num_stages=stages,
                           group_m=DEFAULT_L2_GROUP, num_sms=grid, num_splits=num_splits,
                           cluster_n=cluster_n, cluster_m=cluster_m)
+
+
+# Stream-K for the last wave (scheduler.cuh, StreamKTileScheduler): where the tiles are not a
+# whole number of waves, the tiles past the last whole wave are not run one per CTA; their K
+# blocks, as one sequence, are cut into one equal range per CTA, and the tiles this splits are
+# summed by SplitKEpilogue. Where STREAM_K is on, with_stream_k takes it when the grid has at least
+# one whole wave, a tile has at least STREAM_K_MIN_K_BLOCKS K blocks, and each CTA's range is at
+# least STREAM_K_MIN_RANGE of a tile's K blocks (a tile then has at most three pieces to sum).
+# Off: on the H200 (2026-12-04, benchmarks/probe_stream_k.py, NOTES.md session 22) every shape it
+# would take ran slower, 0.52-0.92x the same tiles run whole: the CTAs' ranges start at different
+# K offsets, so CTAs that share an A or B block no longer read it at the same time (K-lockstep is
+# what lets one HBM fetch serve them all from L2: at M = 128, K = 16384 the B stream doubled), and
+# each CTA's last piece ends with a reduction through global memory on its critical path.
+STREAM_K = False
+STREAM_K_MIN_K_BLOCKS = 16
+STREAM_K_MIN_RANGE = 0.5
+
+
+@dataclass(frozen=True)
+class StreamKPlan:
+    """How StreamKTileScheduler splits a problem: `whole_tiles` run whole (a multiple of the
+    grid), the remaining `sk_tiles` are split, at most `max_pieces` pieces a tile."""
+    whole_tiles: int
+    sk_tiles: int
+    max_pieces: int
+
+
+def stream_k_plan(num_tiles: int, k_blocks: int, grid: int) -> StreamKPlan:
+    """Mirrors StreamKTileScheduler (scheduler.cuh): the tiles past the last whole wave, their K
+    blocks cut into `grid` contiguous ranges, CTA c's starting at c * I // grid (I: those K
+    blocks); a tile's pieces are held by the CTAs from its first K block's owner to its last's."""
+    whole = num_tiles // grid * grid
+    sk_tiles = num_tiles - whole
+    iterations = sk_tiles * k_blocks
+
+    def owner(x: int) -> int:
+        return ((x + 1) * grid - 1) // iterations
+
+    max_pieces = max((owner((t + 1) * k_blocks - 1) - owner(t * k_blocks) + 1
+                      for t in range(sk_tiles)), default=0)
+    return StreamKPlan(whole, sk_tiles, max_pieces)
+
+
+# Whether a problem of fewer tiles than SMs (one partial wave: the grid is then as large as the
+# tiles) may instead run every tile by stream-K on a grid of every SM. Off: 0.52-0.88x at M = 64
+# and 128 on the H200 (same probe), where each CTA's reduction costs ~5 us of 11-45.
+STREAM_K_PARTIAL_WAVE = False
+
+
+def stream_k_grid(config: Bf16GemmConfig, m: int, n: int, k_blocks: int,
+                  num_sms: int | None = None) -> int | None:
+    """The grid with_stream_k runs this config on with stream-K, or None where it takes none
+    (see STREAM_K_MIN_K_BLOCKS; `num_sms`, the SMs a grid may use, for STREAM_K_PARTIAL_WAVE)."""
+    if (not STREAM_K or config.num_splits > 1 or config.cluster_size > 1 or config.block_m > 128
+            or k_blocks < STREAM_K_MIN_K_BLOCKS):
+        return None
+    tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+    grid = config.num_sms
+    if tiles <= grid and STREAM_K_PARTIAL_WAVE and num_sms is not None and tiles < num_sms:
+        grid = num_sms
+    elif tiles <= grid or tiles % grid == 0:
+        return None
+    enough = (tiles % grid) * k_blocks >= grid * math.ceil(STREAM_K_MIN_RANGE * k_blocks)
+    return grid if enough else None
+
+
+def stream_k_pays(config: Bf16GemmConfig, m: int, n: int, k_blocks: int,
+                  num_sms: int | None = None) -> bool:
+    """Whether with_stream_k takes stream-K for this config."""
+    return stream_k_grid(config, m, n, k_blocks, num_sms) is not None
+
+
+def with_stream_k(config: Bf16GemmConfig, m: int, n: int, k_blocks: int,
+                  num_sms: int | None = None) -> Bf16GemmConfig:
+    """`config` with stream-K (and its grid) where stream_k_grid gives one, else unchanged."""
+    grid = stream_k_grid(config, m, n, k_blocks, num_sms)
+    return config if grid is None else replace(config, stream_k=True, num_sms=grid)
 
 
 # The part of the L2 a wave's operands can be reused from by a later wave: fitted to Nsight
@@ -382,7 +460,8 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
     if block_n_multiple == 1:
         tuned = tuned_config(m, n, k, out_bytes, b_k_major, num_sms)
         if tuned is not None:
-            return with_pipeline_depth(tuned, n, k, 2, out_bytes)
+            return with_stream_k(with_pipeline_depth(tuned, n, k, 2, out_bytes), m, n,
+                                 math.ceil(k / BLOCK_K_BF16), num_sms)
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n, b_k_major, block_n_multiple):
         tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
@@ -401,7 +480,8 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
-    return with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes)
+    return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes),
+                         m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
 
 
 # FP8 (fp8_gemm.cuh): each consumer thread holds two sets of BLOCK_N / 2 FP32 values (the scaled
@@ -501,6 +581,8 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
     set_block_size_multiple_of's N multiple (block N a multiple of lcm(16, it)). A tuned entry
     (autotune_configs/sm90/fp8_gemm.json) wins when neither constraint is set."""
     def deepened(config):   # with_pipeline_depth: measured for 1D2D only
+        if block_n_divides is None:   # (skip-head-mid: the split store has no column remap)
+            config = with_stream_k(config, m, n, -(-k // 128), num_sms)
         if kind != "1d2d":
             return config
         return with_pipeline_depth(config, n, k, 1, out_bytes,

@@ -13,8 +13,9 @@ import torch
 from dg_triton import settings
 from dg_triton import dispatch
 from dg_triton.dispatch import print_config_once
-from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, bf16_gemm_shared_memory,
-                                       choose_bf16_gemm_config, epilogue_swizzle_bytes)
+from dg_triton.heuristics.sm90 import (BLOCK_K_BF16, DEFAULT_L2_GROUP, Bf16GemmConfig,
+                                       bf16_gemm_shared_memory, choose_bf16_gemm_config,
+                                       epilogue_swizzle_bytes, stream_k_plan)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.split_scratch import scratch_for
@@ -43,6 +44,7 @@ class Bf16GemmKernelSpec:
         out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
         return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
+                f"{'_sk' if c.stream_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
@@ -62,7 +64,7 @@ class Bf16GemmKernelSpec:
 using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
     {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_m}, {c.cluster_n},
-    {self.shape_m}, {self.shape_n}, {self.shape_k}>;
+    {self.shape_m}, {self.shape_n}, {self.shape_k}, {flag(c.stream_k)}>;
 // The host asks for exactly this much shared memory (heuristics.sm90.bf16_gemm_shared_memory).
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
 
@@ -153,14 +155,18 @@ _plans: dict = {}
 class SplitKBuffers:
     """Where one split-K plan's FP32 partials (one per K slice and tile) and per-tile counters live,
     for SplitKEpilogue (cuda_kernels/sm90/splitk_epilogue.cuh): the scratch of the stream or
-    capture the launch runs in (split_scratch.scratch_for), its pointers cached per stream.
+    capture the launch runs in (split_scratch.scratch_for), its pointers cached per stream. A
+    stream-K plan has them for its split tiles only: `pieces` per tile for `tiles` tiles.
 
     `scalars(template, stream)` is the plan's scalar tuple with the set's two pointers in
     template[slot], template[slot + 1]."""
 
-    def __init__(self, config: Bf16GemmConfig, m: int, n: int, device: torch.device, slot: int):
-        tiles = -(-m // config.block_m) * -(-n // config.block_n)
-        self.workspace_elements = config.num_splits * tiles * config.block_m * config.block_n
+    def __init__(self, config: Bf16GemmConfig, m: int, n: int, device: torch.device, slot: int,
+                 tiles: int | None = None, pieces: int | None = None):
+        if tiles is None:
+            tiles = -(-m // config.block_m) * -(-n // config.block_n)
+        pieces = config.num_splits if pieces is None else pieces
+        self.workspace_elements = pieces * tiles * config.block_m * config.block_n
         self.counter_elements = tiles * (config.block_m // 64)
         self.device, self.slot = device, slot
         self._by_stream: dict = {}   # stream -> (scratch generation, scalars)
@@ -186,11 +192,21 @@ def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int
             k if "k" in compiled_dims else 0)
 
 
-def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, device,
+def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, k_blocks: int, device,
                       slot: int) -> tuple[tuple[int, int, int], SplitKBuffers | None]:
-    """((num_splits, workspace, counters) for the plan's scalars, buffers): without split-K
-    (1, 0, 0) and None; with it, null pointers that the call replaces by its stream's
-    (SplitKBuffers, whose `slot` is the workspace's position in the plan's scalars)."""
+    """((num_splits, workspace, counters) for the plan's scalars, buffers): without split-K or
+    stream-K (1, 0, 0) and None; with either, null pointers that the call replaces by its
+    stream's (SplitKBuffers, whose `slot` is the workspace's position in the plan's scalars).
+    With stream-K the first scalar is the number of tiles that run whole (StreamKTileScheduler)."""
+    if config.stream_k:
+        tiles = -(-m // config.block_m) * -(-n // config.block_n)
+        plan = stream_k_plan(tiles, k_blocks, config.num_sms)
+        if plan.sk_tiles and plan.sk_tiles * k_blocks < config.num_sms:
+            # (A CTA without a K block would be counted as a piece and its tile never stored.)
+            raise ValueError(f"stream-K needs at least one K block per CTA: {plan.sk_tiles} tiles of "
+                             f"{k_blocks} K blocks on {config.num_sms} CTAs")
+        return (plan.whole_tiles, 0, 0), SplitKBuffers(config, m, n, device, slot,
+                                                       tiles=plan.sk_tiles, pieces=plan.max_pieces)
     if config.num_splits == 1:
         return (1, 0, 0), None
     return (config.num_splits, 0, 0), SplitKBuffers(config, m, n, device, slot)
@@ -212,7 +228,7 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
                         shared_memory=spec.shared_memory, param_kinds=_PARAM_KINDS,
                         cluster=config.cluster_size, pdl=settings._pdl)
     # scalars (m, n, k, num_splits, workspace, counters, ld_d): the workspace is scalar 4
-    split_args, split = split_k_arguments(config, m, n, d.device, slot=4)
+    split_args, split = split_k_arguments(config, m, n, -(-k // BLOCK_K_BF16), d.device, slot=4)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(), a_k_major, config.block_m,
                                                      config.cluster_n)),

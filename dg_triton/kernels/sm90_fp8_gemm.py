@@ -67,6 +67,7 @@ class Fp8GemmKernelSpec:
         out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
         return (f"sm90_fp8_gemm_{kind}_{c.block_m}x{c.block_n}_s{c.num_stages}_{out}"
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
+                f"{'_sk' if c.stream_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
@@ -115,7 +116,7 @@ class Fp8GemmKernelSpec:
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.scale_b_per_column)},
     {_OUT_TYPES[self.out_dtype]}, {flag(self.accumulate)}, {flag(self.split_k)}, {c.group_m}, {c.cluster_m}, {c.cluster_n},
-    {self.shape_m}, {self.shape_n}, {self.shape_k}>;
+    {self.shape_m}, {self.shape_n}, {self.shape_k}, {flag(c.stream_k)}>;
 // The host asks for exactly this much shared memory (heuristics.sm90.fp8_gemm_shared_memory).
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
 
@@ -187,9 +188,9 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
         config = choose_fp8_gemm_config(m, n, k, element, num_sms, problem.kind,
                                         block_n_divides=math.gcd(left, right) or None,
                                         block_n_multiple=settings._block_size_multiple_of[1])
-    if problem.head_splits and config.num_splits > 1:
-        raise reject(function, "config", "no split-K with head_splits (its store has no column remap)",
-                     config)
+    if problem.head_splits and (config.num_splits > 1 or config.stream_k):
+        raise reject(function, "config", "no split-K or stream-K with head_splits (their store has "
+                     "no column remap)", config)
     spec = Fp8GemmKernelSpec(config, problem.kind == "1d1d", d.dtype, accumulate,
                              *_compiled_dims(m, n, k, compiled_dims), probe_defines)
     print_config_once(function, (m, n, k), d.device, spec)
@@ -201,7 +202,7 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
     tma_sfa = tma.DescriptorCache(_scale_params(m, k, sfa.stride(1), config.block_m))
     per_column = problem.kind == "1d1d"
     # the workspace is scalar 8 (after m, n, k, ld_sfb, left, mid, right, num_splits)
-    split_args, split = split_k_arguments(config, m, n, d.device, slot=8)
+    split_args, split = split_k_arguments(config, m, n, -(-k // SCALE_GROUP), d.device, slot=8)
     return _Plan(spec, launcher,
                  tma.DescriptorCache(_operand_params(m, k, a.stride(0), config.block_m, config.cluster_n)),
                  tma.DescriptorCache(_operand_params(n, k, b.stride(0), config.block_n,
