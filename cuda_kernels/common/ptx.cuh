@@ -128,6 +128,17 @@ __device__ __forceinline__ void tma_store_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// ---- stmatrix (PTX ISA 9.7.14.5.16, sm_90) ----------------------------------------------------
+
+// Four 8x8 matrices of 16-bit elements to shared memory: register i of every lane holds the two
+// elements (row lane / 4, columns 2 * (lane % 4) and + 1) of matrix i; lanes 8i..8i+7 give the
+// addresses of matrix i's rows (16 contiguous bytes each).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // ---- programmatic dependent launch (PTX ISA 9.7.13.9, sm_90) ----------------------------------
 
 // With the PDL launch attribute the next kernel may start early; it waits here for this one.

@@ -19,6 +19,7 @@ namespace dg::sm90 {
 template <typename OutT> struct OutputPair;
 
 template <> struct OutputPair<float> {
+    static constexpr bool kSixteenBit = false;
     __device__ __forceinline__ static float2 load(uint32_t addr) {
         float2 v;
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
@@ -30,6 +31,11 @@ template <> struct OutputPair<float> {
 };
 
 template <> struct OutputPair<__nv_bfloat16> {
+    static constexpr bool kSixteenBit = true;
+    __device__ __forceinline__ static uint32_t pack(float x, float y) {
+        __nv_bfloat162 packed = __float22bfloat162_rn(make_float2(x, y));
+        return *reinterpret_cast<uint32_t*>(&packed);
+    }
     __device__ __forceinline__ static float2 load(uint32_t addr) {
         uint32_t bits;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr));
@@ -61,6 +67,16 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kChunkCols = kChunkSlabs * kSlabCols;
     static constexpr uint32_t kBytesPerWarpgroup = kChunkSlabs * kSlabBytes;
     static_assert(kRowBytes % 32 == 0, "a tile row must be a multiple of 32 bytes");
+    // 16-bit D without a D load writes staging by stmatrix (four 8x8 blocks of 16 rows x 16
+    // columns per instruction; a chunk is a whole number of 16-column slabs) instead of one
+    // 4-byte store per element pair: a quarter of the shared-memory store instructions. (Probe
+    // builds with DG_PROBE_NO_STMATRIX keep the pair stores, for benchmarks/probe_*.py.)
+#ifdef DG_PROBE_NO_STMATRIX
+    static constexpr bool kStmatrix = false;
+#else
+    static constexpr bool kStmatrix = OutputPair<OutT>::kSixteenBit && !kAccumulate;
+#endif
+    static_assert(!kStmatrix || kChunkCols % 16 == 0, "stmatrix writes 16 columns at a time");
 
     // Byte offset of element (row, col) of a chunk in the staging buffer: slab-major, rows of
     // kSwizzleBytes, then the TMA swizzle: address bits [4, 4 + log2(span / 16)) XOR address bits
@@ -135,19 +151,37 @@ struct SwizzledTmaStoreEpilogue {
                 load_phase ^= 1;
             }
 
+            if constexpr (kStmatrix) {
+                // Lane l gives the row address of row l % 8 of block l / 8: blocks 0-3 are
+                // (rows 0-7, columns 0-7), (rows 8-15, columns 0-7), (rows 0-7, columns 8-15) and
+                // (rows 8-15, columns 8-15) of the warp's 16 rows, each lane's register of a block
+                // the fragment's element pair of that half and 8-column group.
+                const uint32_t lane = threadIdx.x % 32, block = lane / 8;
+                const uint32_t row = (threadIdx.x % 128) / 32 * 16 + (block % 2) * 8 + lane % 8;
 #pragma unroll
-            for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t) {
+                for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; t += 2) {
+                    const uint32_t col = (t + block / 2) * 8 - chunk * kChunkCols;
+                    stmatrix_x4(staging_addr + offset(row, col),
+                                OutputPair<OutT>::pack(acc[t * 4], acc[t * 4 + 1]),
+                                OutputPair<OutT>::pack(acc[t * 4 + 2], acc[t * 4 + 3]),
+                                OutputPair<OutT>::pack(acc[t * 4 + 4], acc[t * 4 + 5]),
+                                OutputPair<OutT>::pack(acc[t * 4 + 6], acc[t * 4 + 7]));
+                }
+            } else {
 #pragma unroll
-                for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t p = staging_addr +
-                                       offset(fragment_row(half), fragment_col(t) - chunk * kChunkCols);
-                    float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
-                    if constexpr (kAccumulate) {
-                        const float2 old = OutputPair<OutT>::load(p);
-                        v.x += old.x;
-                        v.y += old.y;
+                for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t) {
+#pragma unroll
+                    for (uint32_t half = 0; half < 2; ++half) {
+                        const uint32_t p = staging_addr + offset(fragment_row(half),
+                                                                 fragment_col(t) - chunk * kChunkCols);
+                        float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
+                        if constexpr (kAccumulate) {
+                            const float2 old = OutputPair<OutT>::load(p);
+                            v.x += old.x;
+                            v.y += old.y;
+                        }
+                        OutputPair<OutT>::store(p, v);
                     }
-                    OutputPair<OutT>::store(p, v);
                 }
             }
             fence_proxy_async_shared();
