@@ -549,19 +549,28 @@ def fp8_overlaps_promotion(kind: str, block_n: int) -> bool:
     return fits and (kind == "1d1d" or 128 % block_n == 0)
 
 
+# The FP8 model's speed-up for tiles whose promotion overlaps the next K block's wgmmas
+# (_fp8_tensor_core_efficiency), by block M.
+FP8_OVERLAP_SPEEDUP = {128: 1.20, 64: 1.13}
+
+
 def _fp8_tensor_core_efficiency(block_m: int, block_n: int, kind: str = "1d2d") -> float:
     """The BF16 model's efficiency, less the promotion's share: every 128-wide K block costs each
     consumer thread a fixed ~80 issued instructions plus block_n / 2 FFMAs (1D2D), so wider tiles
     amortize more. Fitted to the 2026-12-01 H200 sweep at M=4096: per K block, 59 % of peak at
     block N 128, 62 % at 160, 65 % at 192 (bench_gemm.py --family fp8_gemm --sweep). A tile
-    whose promotion overlaps the next block's wgmmas runs 1.20x that. (1.13x until 2026-12-04, from
-    the 2026-12-01 sweep of the overlapped kernel, where 128x128 beat 128x192 by 3-4 % once the wave
-    counts were factored out. On 2026-12-04, with the stmatrix epilogue, 128x128 ran 7-10 % faster
-    than 128x192 on the dense 4096x{4096x7168, 7168x16384, 7168x2048} shapes (probe_fp8.py) and
-    12-27 % faster on the M-grouped contiguous N=7168 K=3072 and N=4096 K=2048 shapes, which the
-    old factor gave 128x192 (probe_grouped_tiles.py); NOTES.md session 22.)"""
+    whose promotion overlaps the next block's wgmmas runs faster: 1.20x for 128-row tiles, 1.13x
+    for 64-row ones. (1.13x for all until 2026-12-04, from the 2026-12-01 sweep of the overlapped
+    kernel, where 128x128 beat 128x192 by 3-4 % once the wave counts were factored out. On
+    2026-12-04, with the stmatrix epilogue, 128x128 ran 7-10 % faster than 128x192 on the dense
+    4096x{4096x7168, 7168x16384, 7168x2048} shapes (probe_fp8.py) and 12-27 % faster on the
+    M-grouped contiguous N=7168 K=3072 and N=4096 K=2048 shapes, which 1.13x gave 128x192
+    (probe_grouped_tiles.py). 1.20x for 64-row tiles too moved 2112x4096x7168 from 128x192 (114.9
+    us) to 64x128 (125.0 us) in the same day's bench, so they keep 1.13x; NOTES.md session 22.)"""
     efficiency = _tensor_core_efficiency(block_m, block_n) * (0.72 + 0.07 * (block_n - 128) / 64)
-    return efficiency * 1.20 if fp8_overlaps_promotion(kind, block_n) else efficiency
+    if not fp8_overlaps_promotion(kind, block_n):
+        return efficiency
+    return efficiency * FP8_OVERLAP_SPEEDUP[min(block_m, 128)]
 
 
 def fp8_block_n_fits(kind: str, block_m: int, block_n: int) -> bool:
