@@ -66,19 +66,6 @@ def test_bf16_stream_k_matches_reference_and_repeats_bitwise(grid, alias, out_dt
     assert torch.equal(outputs[0], outputs[1]), "stream-K output differs between two runs"
 
 
-def _fp8_case(m, n, k, kind):
-    import dg_triton
-
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    a_q, sfa = dg_triton.per_token_cast_to_fp8(a, False, tma_aligned_sf=True)
-    if kind == "1d2d":
-        b_q, sfb = dg_triton.per_block_cast_to_fp8(b, False)
-    else:
-        b_q, sfb = dg_triton.per_token_cast_to_fp8(b, False, tma_aligned_sf=True)
-    return a, b, a_q, sfa, b_q, sfb
-
-
 @pytest.mark.parametrize("grid", (7, 13))
 @pytest.mark.parametrize("kind,block_m,block_n,accumulate", [
     ("1d2d", 128, 128, False), ("1d2d", 128, 192, False), ("1d2d", 64, 64, False),
@@ -90,11 +77,12 @@ def test_fp8_stream_k_matches_reference_and_repeats_bitwise(grid, kind, block_m,
     from dg_triton.kernels import sm90_fp8_gemm
     from dg_triton.testing import calc_diff
 
+    from test_fp8_gemm_kernel_gpu import _operands   # scales that differ from group to group
+
     m, n, k = 333, 1000, 2576            # 21 K blocks of 128, the last partial
-    a, b, a_q, sfa, b_q, sfb = _fp8_case(m, n, k, kind)
+    _, _, a_q, sfa, b_q, sfb, expected = _operands(m, n, k, kind)
     out_dtype = torch.float32 if kind == "1d1d" else torch.bfloat16
     d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
-    expected = a.float() @ b.float().T
     if accumulate:
         c = torch.randn(m, n, device="cuda")
         d.copy_(c)
