@@ -4,7 +4,11 @@ the reference before it is timed, all timed in alternation (the GPU's clock drif
 cap). Prints one table; NOTES.md keeps the conclusions.
 
     python benchmarks/probe_bf16.py [--variants ",DG_SOME_MACRO"] [--shapes 4096x4096x7168,...]
-                                    [--accumulate [--bitwise]]
+                                    [--accumulate [--bitwise]] [--configs pick,128x144s4,...]
+
+--configs times forced tile configs instead of macro variants: BMxBNsS (stages S, up to what fits
+beside the narrowest epilogue staging) with an optional gG (the L2 group), each beside the
+heuristics' pick ("pick"); a config that does not fit is timed as the pick.
 
 A macro the kernel does not read builds the baseline under another name. Probe macros today:
 DG_PROBE_EARLY_C_LOAD (c loaded under the K loop; with --accumulate, which times FP32 D += c,
@@ -15,6 +19,8 @@ removed; their code is in commit 15c1cd3. The cuBLAS column is always torch.matm
 and no c.
 """
 import argparse
+import dataclasses
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -25,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dg_triton import testing, validation  # noqa: E402
+from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm  # noqa: E402
 from tests.shapes import BF16_DENSE_BF16_OUT_NK as DENSE_NK  # noqa: E402
 
@@ -38,10 +45,16 @@ def main():
     parser.add_argument("--accumulate", action="store_true", help="time FP32 D += c instead")
     parser.add_argument("--bitwise", action="store_true",
                         help="require every variant's output to equal the first's, bit for bit")
+    parser.add_argument("--configs", default="",
+                        help="comma-separated forced configs BMxBNsS[gG] or 'pick' (instead of --variants)")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
-    variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",")]
-    names = [("+".join(v) or "baseline") for v in variants] + ["cuBLAS"]
+    if args.configs:
+        variants = [((), name) for name in args.configs.split(",")]
+        names = [name for _, name in variants] + ["cuBLAS"]
+    else:
+        variants = [(tuple(v for v in group.split("+") if v), "pick") for group in args.variants.split(",")]
+        names = [("+".join(v) or "baseline") for v, _ in variants] + ["cuBLAS"]
     lines = ["| shape | " + " | ".join(names) + " | " + " | ".join(f"{x} / cuBLAS" for x in names[:-1]) + " |",
              "|---" * (1 + 2 * len(names) - 1) + "|"]
     ratios = [[] for _ in variants]
@@ -55,9 +68,12 @@ def main():
         result = validation.bf16_gemm("probe", a, b, d, d if args.accumulate else None)
         problem, addresses = result[:7], result[7]
         runs, first = [], None
-        for defines in variants:
-            run = (lambda defines=defines: sm90_bf16_gemm.run(
-                "probe", a, b, d, problem, addresses, args.accumulate, "nk", None, defines))
+        for defines, config_name in variants:
+            config = forced_config(config_name, m, n, k, d.element_size())
+            if config_name != "pick" and config is None:
+                print(f"{m}x{n}x{k} {config_name}: does not fit, timed as the pick", flush=True)
+            run = (lambda defines=defines, config=config: sm90_bf16_gemm.run(
+                "probe", a, b, d, problem, addresses, args.accumulate, "nk", config, defines))
             if c is not None:
                 d.copy_(c)   # the timed repeats keep adding to it; only this run is checked
             else:
@@ -65,11 +81,11 @@ def main():
             run()
             torch.cuda.synchronize()
             diff = float(testing.calc_diff(d.float(), ref))
-            assert torch.isfinite(d).all() and diff < 1e-5, f"{defines}: calc_diff {diff}"
+            assert torch.isfinite(d).all() and diff < 1e-5, f"{defines} {config_name}: calc_diff {diff}"
             if first is None:
                 first = d.clone()
             elif args.bitwise:
-                assert torch.equal(d, first), f"{defines}: differs from {variants[0]}"
+                assert torch.equal(d, first), f"{defines} {config_name}: differs from {variants[0]}"
             runs.append(run)
         d_cublas = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         runs.append(lambda: torch.matmul(a, b.T, out=d_cublas))
@@ -87,6 +103,19 @@ def main():
     lines.append("geomean vs cuBLAS: " + ", ".join(
         f"{name} {statistics.geometric_mean(r):.3f}" for name, r in zip(names, ratios)))
     print("\n".join(lines))
+
+
+def forced_config(name: str, m: int, n: int, k: int, out_bytes: int):
+    """The config `name` (BMxBNsS[gG]) for this shape, None for "pick" or when it does not fit."""
+    if name == "pick":
+        return None
+    block_m, block_n, stages, group = re.fullmatch(r"(\d+)x(\d+)s(\d+)(?:g(\d+))?", name).groups()
+    config = heuristics.make_config(m, n, int(block_m), int(block_n), 1, k, out_bytes, 132)
+    if config is None or int(stages) > heuristics.max_stages(int(block_m), int(block_n), out_bytes,
+                                                             cap=int(stages), narrow_staging=True):
+        return None
+    return dataclasses.replace(config, num_stages=int(stages),
+                               group_m=int(group) if group else config.group_m)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ entries one shape at a time, where bench_gemm.py --sweep would time every candid
         --configs 64x96,64x128,64x192,64x96k2 [--rounds 3]
     python benchmarks/probe_fp8_tiles.py ... --prebuild   # compile them (no GPU) into DG_JIT_CACHE_DIR
 
-A config is BMxBN, optionally kS for S K-slices (split-K). Compiled dims as the API's ("nk").
+A config is BMxBN, optionally sS for S pipeline stages (up to what fits beside the narrowest
+epilogue staging), kS for S K-slices (split-K), then n2 or m2 for a 2-CTA cluster along
+N (sharing A by TMA multicast) or along M (sharing B). Compiled dims as the API's ("nk").
 """
 import argparse
+import dataclasses
 import os
 import re
 import statistics
@@ -33,9 +36,16 @@ def configs_for(m, n, k, names):
     pick = heuristics.choose_fp8_gemm_config(m, n, k, 2, NUM_SMS)
     configs = [("pick", pick)]
     for name in names:
-        block_m, block_n, splits = re.fullmatch(r"(\d+)x(\d+)(?:k(\d+))?", name).groups()
+        block_m, block_n, stages, splits, axis = re.fullmatch(
+            r"(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:([nm])2)?", name).groups()
         config = heuristics.make_fp8_config("1d2d", m, n, int(block_m), int(block_n), int(splits or 1),
-                                            k, 2, NUM_SMS)
+                                            k, 2, NUM_SMS, 2 if axis == "n" else 1,
+                                            2 if axis == "m" else 1)
+        if config is not None and stages:
+            fits = heuristics.max_stages(int(block_m), int(block_n), 2, int(splits or 1) > 1,
+                                         heuristics.fp8_scale_stage_bytes("1d2d", int(block_m), int(block_n)),
+                                         cap=int(stages), narrow_staging=True)
+            config = dataclasses.replace(config, num_stages=int(stages)) if fits == int(stages) else None
         if config is None or config.num_splits != int(splits or 1):
             print(f"{m}x{n}x{k} {name}: does not fit, left out", flush=True)
             continue
@@ -79,7 +89,9 @@ def measure(shapes, names, rounds):
         medians = [statistics.median(t) for t in times]
         for (name, config), us in zip(configs, medians):
             label = (f"{name} ({config.block_m}x{config.block_n}"
-                     + (f" k{config.num_splits}" if config.num_splits > 1 else "") + ")")
+                     + (f" k{config.num_splits}" if config.num_splits > 1 else "")
+                     + (f" cluster {config.cluster_m}x{config.cluster_n}" if config.cluster_size > 1
+                        else "") + ")")
             lines.append(f"| {m}x{n}x{k} | {label} | {us:.1f} | {2 * m * n * k / us / 1e6:.0f} | "
                          f"{medians[0] / us:.3f} | {medians[-1] / us:.3f} |")
             print(lines[-1], flush=True)
