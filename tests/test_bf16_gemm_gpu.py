@@ -378,6 +378,50 @@ def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, b
     assert calc_diff(outputs[1], gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
 
 
+@pytest.mark.parametrize("alias", ("nt", "tn"))
+@pytest.mark.parametrize("block_n,out_dtype,accumulate", ((144, torch.bfloat16, False),
+                                                          (176, torch.bfloat16, False),
+                                                          (192, torch.bfloat16, False),
+                                                          (144, torch.float32, True),
+                                                          (112, torch.float32, True),
+                                                          (256, torch.float32, True)))
+def test_bf16_gemm_deep_ring_with_narrow_staging_equals_the_default_ring(alias, block_n, out_dtype,
+                                                                          accumulate):
+    """A ring deeper than the epilogue's default staging leaves room for stores each tile in
+    narrower chunks of slabs (SwizzledTmaStoreEpilogue's kMaxChunkSlabs; with c, each chunk's c is
+    loaded on its own): bitwise equal to the same tile at its default depth, more tiles than SMs,
+    M and N tails, every element written, and equal to the reference."""
+    import dataclasses
+
+    from dg_triton import validation
+    from dg_triton.heuristics import sm90 as heuristics
+    from dg_triton.kernels import sm90_bf16_gemm
+
+    if alias[1] == "n" and block_n % 64:
+        pytest.skip("an MN-major B needs block_n to be a multiple of 64")
+    m, n, k = 2000, 2504, 1000
+    a, b = operands(alias, m, n, k)
+    c = torch.randn(m, n, device="cuda").mul_(32) if accumulate else None
+    a_nt = a if alias[0] == "n" else a.T
+    b_nt = b if alias[1] == "t" else b.T
+    base = heuristics.make_config(m, n, 128, block_n, 1, k, out_dtype.itemsize, 132)
+    deep = heuristics.max_stages(128, block_n, out_dtype.itemsize, cap=12, narrow_staging=True)
+    assert base is not None and deep > base.num_stages
+    assert heuristics.epilogue_chunk_cols(128, block_n, deep, out_dtype.itemsize) < \
+        heuristics.epilogue_chunk_cols(128, block_n, base.num_stages, out_dtype.itemsize)
+    outputs = []
+    for stages in (base.num_stages, deep):
+        d = c.clone() if accumulate else torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+        problem = validation.bf16_gemm("test", a_nt, b_nt, d, d if accumulate else None)
+        sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], accumulate, "",
+                           dataclasses.replace(base, num_stages=stages))
+        torch.cuda.synchronize()
+        assert torch.isfinite(d).all(), f"{stages} stages: unwritten (NaN) or non-finite elements"
+        outputs.append(d)
+    assert torch.equal(outputs[1], outputs[0]), "the narrow staging changed the result"
+    assert calc_diff(outputs[1].float(), gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
+
+
 # ---- warm calls (gemm.py's table of plans by argument signature) -------------------------------
 
 @pytest.mark.parametrize("alias", ALIASES)

@@ -187,6 +187,43 @@ def test_fp8_kernel_early_c_load_probe_equals_the_default_build(block_n, k):
     assert calc_diff(outputs[1].float(), a.float() @ b.float().T + c) < THRESHOLD
 
 
+@pytest.mark.parametrize("kind,block_n,cluster_m", [("1d2d", 192, 1), ("1d2d", 144, 1), ("1d2d", 144, 2),
+                                                    ("1d2d", 128, 1), ("1d1d", 112, 1)])
+def test_fp8_kernel_deep_ring_with_narrow_staging_equals_the_default_ring(kind, block_n, cluster_m):
+    """A ring deeper than the epilogue's default staging leaves room for stores each tile in
+    narrower chunks (SwizzledTmaStoreEpilogue's kMaxChunkSlabs; 1D1D also loads c per chunk):
+    bitwise equal to the same tile at its default depth, more tiles than SMs, M and N tails,
+    every element written, and equal to the references."""
+    _require_sm90()
+    import dataclasses
+
+    from dg_triton.heuristics import sm90 as heuristics
+    from dg_triton.testing import calc_diff
+
+    m, n, k = 2000, 2360, 1040   # N: whole BF16 rows of 16 bytes for TMA, a tail for every block N
+    accumulate = kind == "1d1d"
+    out_dtype = torch.float32 if accumulate else torch.bfloat16
+    a, b, a_q, sfa, b_q, sfb, dequant_ref = _operands(m, n, k, kind)
+    c = torch.randn(m, n, device="cuda").mul_(k ** 0.5) if accumulate else None
+    base = heuristics.make_fp8_config(kind, m, n, 128, block_n, 1, k, out_dtype.itemsize, 132,
+                                      cluster_m=cluster_m)
+    extra = heuristics.fp8_scale_stage_bytes(kind, 128, block_n)
+    deep = heuristics.max_stages(128, block_n, out_dtype.itemsize, False, extra, cap=12,
+                                 narrow_staging=True)
+    assert base is not None and deep > base.num_stages
+    assert heuristics.epilogue_chunk_cols(128, block_n, deep, out_dtype.itemsize, extra) < \
+        heuristics.epilogue_chunk_cols(128, block_n, base.num_stages, out_dtype.itemsize, extra)
+    outputs = []
+    for stages in (base.num_stages, deep):
+        d = c.clone() if accumulate else torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+        _run(a_q, sfa, b_q, sfb, d, m, n, k, kind, accumulate, dataclasses.replace(base, num_stages=stages))
+        assert torch.isfinite(d).all(), f"{stages} stages: unwritten (NaN) or non-finite elements"
+        outputs.append(d)
+    assert torch.equal(outputs[1], outputs[0]), "the narrow staging changed the result"
+    expected = dequant_ref + c if accumulate else dequant_ref
+    assert calc_diff(outputs[1].float(), expected) < THRESHOLD
+
+
 @pytest.mark.parametrize("kind,block_n,num_splits", [("1d1d", 128, 1), ("1d1d", 112, 1), ("1d1d", 64, 3),
                                                      ("1d2d", 128, 1), ("1d2d", 192, 1)])
 def test_fp8_kernel_ffma_yield_builds_equal_the_ptxas_build(kind, block_n, num_splits):

@@ -50,3 +50,41 @@ def test_wide_tiles_and_1d1d_are_left_alone():
     # 1D1D (the wgrad recipe) was not measured with deeper rings
     wgrad = sm90.choose_fp8_gemm_config(64, 4096, 7168, 4, NUM_SMS, "1d1d")
     assert wgrad.num_stages <= sm90.MAX_STAGES
+
+
+@pytest.mark.parametrize("n,bf16_tile,fp8_tile", [(576, (128, 144, 6), (128, 144, 5)),
+                                                   (2112, (128, 176, 5), (128, 192, 4))])
+def test_bf16_narrow_128_row_tiles_take_one_stage_more_beside_narrower_staging(n, bf16_tile,
+                                                                                 fp8_tile):
+    # 4096 x n x 7168: shared memory holds 5 / 4 stages beside the default staging; narrower
+    # chunks make room for one more, and the plan still fits. FP8 keeps its rings (measured no
+    # gain).
+    bf16 = sm90.choose_bf16_gemm_config(4096, n, 7168, 2, NUM_SMS)
+    fp8 = sm90.choose_fp8_gemm_config(4096, n, 7168, 2, NUM_SMS)
+    assert (bf16.block_m, bf16.block_n, bf16.num_stages) == bf16_tile
+    assert (fp8.block_m, fp8.block_n, fp8.num_stages) == fp8_tile
+    assert bf16.num_stages == sm90.max_stages(bf16.block_m, bf16.block_n, 2) + 1
+    assert sm90.epilogue_chunk_cols(bf16.block_m, bf16.block_n, bf16.num_stages, 2) < bf16.block_n
+    assert sm90.bf16_gemm_shared_memory(bf16.block_m, bf16.block_n, bf16.num_stages, 2) <= sm90.SMEM_LIMIT
+
+
+def test_narrower_staging_is_not_taken_at_short_k_large_b_or_without_a_gain():
+    tile = sm90.make_config(4096, 2112, 128, 176, 1, 2048, 2, NUM_SMS)
+    assert sm90.with_pipeline_depth(tile, 2112, 7168, 2, 2, narrow_staging=True).num_stages == 5
+    assert sm90.with_pipeline_depth(tile, 2112, 7168, 2, 2) is tile          # FP8's call
+    assert sm90.with_pipeline_depth(tile, 2112, 2048, 2, 2, narrow_staging=True) is tile  # K < 4096
+    assert sm90.with_pipeline_depth(tile, 8192, 7168, 2, 2, narrow_staging=True) is tile  # B 117 MB
+    wide = sm90.make_config(4096, 4096, 128, 256, 1, 7168, 2, NUM_SMS)     # 5 stages never fit
+    assert sm90.with_pipeline_depth(wide, 4096, 7168, 2, 2, narrow_staging=True) is wide
+    split = sm90.make_config(128, 2112, 128, 176, 2, 7168, 2, NUM_SMS)     # split-K stages nothing
+    assert split is None or sm90.with_pipeline_depth(split, 2112, 7168, 2, 2, narrow_staging=True) is split
+
+
+@pytest.mark.parametrize("block_n,out_bytes,stages,chunk_cols", [
+    (144, 2, 5, 144), (144, 2, 6, 80),     # 9 slabs of 16 columns: chunks of 5 and 4 slabs
+    (176, 2, 5, 128), (256, 2, 4, 128),    # 128x256 keeps its half-row chunks
+    (112, 4, 7, 16), (128, 2, 6, 128), (192, 2, 5, 64)])
+def test_the_epilogue_stages_in_the_room_the_ring_leaves(block_n, out_bytes, stages, chunk_cols):
+    # Mirrors the traits' kMaxChunkSlabs (the compile tests check the byte count against the
+    # kernel's own through a static_assert).
+    assert sm90.epilogue_chunk_cols(128, block_n, stages, out_bytes) == chunk_cols

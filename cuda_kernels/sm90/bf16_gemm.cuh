@@ -53,7 +53,15 @@ struct Bf16GemmTraits {
     static constexpr uint32_t kTileBBytes = kBlockN * kBlockK * 2;
     static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
 
-    using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    // Barriers: full and empty per stage, one epilogue load barrier per consumer warpgroup.
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
+    // The epilogue stages what shared memory the ring leaves (at least its default chunks, unless
+    // the ring is deeper than those allow: SwizzledTmaStoreEpilogue's kMaxChunkSlabs).
+    static constexpr uint32_t kNonStagingBytes =
+        kNumStages * kStageBytes + kNumBarriers * 8 + kNumMathWarpgroups * 4 + 1024;
+    using Epilogue = SwizzledTmaStoreEpilogue<
+        OutT, kBlockN, kAccumulate,
+        kSplitK ? 0xffffffffu : staging_room_slabs<OutT, kBlockN>(kNonStagingBytes, kNumMathWarpgroups)>;
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kBlockM / 64, kAccumulate>;
     using Mma = WgmmaBf16<kBlockN, kAKMajor ? 0 : 1, kBKMajor ? 0 : 1>;
 
@@ -64,7 +72,6 @@ struct Bf16GemmTraits {
     // Split-K reduces through global memory: no staging buffer.
     static constexpr uint32_t kOffsetBarriers =
         kOffsetStaging + (kSplitK ? 0 : kNumMathWarpgroups * Epilogue::kBytesPerWarpgroup);
-    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
     static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 

@@ -48,7 +48,9 @@ template <> struct OutputPair<__nv_bfloat16> {
     }
 };
 
-template <typename OutT, uint32_t kBlockN, bool kAccumulate>
+// kMaxChunkSlabs: the most slabs a chunk may stage at once, from the shared memory the traits'
+// pipeline leaves (a ring deeper than the default staging allows; the default otherwise).
+template <typename OutT, uint32_t kBlockN, bool kAccumulate, uint32_t kMaxChunkSlabs = 0xffffffffu>
 struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kRows = 64;  // one warpgroup's wgmma M
     static constexpr uint32_t kRowBytes = kBlockN * sizeof(OutT);
@@ -61,11 +63,22 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kSlabBytes = kRows * kSwizzleBytes;
     // Rows wider than 256 bytes (with an even slab count) are staged half at a time: the staging
     // buffer shrinks by half, which buys the widest tiles one more pipeline stage (128x256 BF16:
-    // 3 -> 4). Mirrored by heuristics.sm90.epilogue_staging_cols.
-    static constexpr uint32_t kNumChunks = (kRowBytes > 256 && kNumSlabs % 2 == 0) ? 2 : 1;
-    static constexpr uint32_t kChunkSlabs = kNumSlabs / kNumChunks;
+    // 3 -> 4). A deeper ring than that leaves room for narrows the chunks to kMaxChunkSlabs slabs
+    // (the last chunk takes the rest), e.g. 128x144 BF16 at 6 stages: three chunks of 48 columns.
+    // Mirrored by heuristics.sm90.epilogue_staging_cols.
+    static constexpr uint32_t kDefaultChunkSlabs =
+        (kRowBytes > 256 && kNumSlabs % 2 == 0) ? kNumSlabs / 2 : kNumSlabs;
+    static constexpr uint32_t kChunkSlabs =
+        kDefaultChunkSlabs < kMaxChunkSlabs ? kDefaultChunkSlabs : kMaxChunkSlabs;
+    static_assert(kChunkSlabs >= 1, "no room for one slab of staging");
+    static constexpr uint32_t kNumChunks = (kNumSlabs + kChunkSlabs - 1) / kChunkSlabs;
     static constexpr uint32_t kChunkCols = kChunkSlabs * kSlabCols;
     static constexpr uint32_t kBytesPerWarpgroup = kChunkSlabs * kSlabBytes;
+    // Slabs in chunk `chunk` (all but the last have kChunkSlabs).
+    __device__ __forceinline__ static constexpr uint32_t chunk_slabs(uint32_t chunk) {
+        return kNumSlabs - chunk * kChunkSlabs < kChunkSlabs ? kNumSlabs - chunk * kChunkSlabs
+                                                              : kChunkSlabs;
+    }
     static_assert(kRowBytes % 32 == 0, "a tile row must be a multiple of 32 bytes");
     // 16-bit D without a D load writes staging by stmatrix (four 8x8 blocks of 16 rows x 16
     // columns per instruction; a chunk is a whole number of 16-column slabs) instead of one
@@ -76,7 +89,7 @@ struct SwizzledTmaStoreEpilogue {
 #else
     static constexpr bool kStmatrix = OutputPair<OutT>::kSixteenBit && !kAccumulate;
 #endif
-    static_assert(!kStmatrix || kChunkCols % 16 == 0, "stmatrix writes 16 columns at a time");
+    static_assert(!kStmatrix || kSlabCols % 16 == 0, "stmatrix writes 16 columns at a time");
 
     // Byte offset of element (row, col) of a chunk in the staging buffer: slab-major, rows of
     // kSwizzleBytes, then the TMA swizzle: address bits [4, 4 + log2(span / 16)) XOR address bits
@@ -92,12 +105,13 @@ struct SwizzledTmaStoreEpilogue {
     // previous stores must have finished reading).
     __device__ __forceinline__ static void load_chunk(uint8_t* staging, uint64_t* load_barrier,
                                                       const TmaDescriptor* tma_d, uint32_t row0,
-                                                      uint32_t chunk_col0) {
+                                                      uint32_t chunk_col0, uint32_t slabs) {
         // complete_tx counts whole boxes, out-of-bounds parts included (zero-filled).
-        mbarrier_arrive_expect_tx(load_barrier, kBytesPerWarpgroup);
+        mbarrier_arrive_expect_tx(load_barrier, slabs * kSlabBytes);
 #pragma unroll
         for (uint32_t s = 0; s < kChunkSlabs; ++s)
-            tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
+            if (s < slabs)
+                tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
     }
 
     // kAccumulate: starts the load of the tile's first chunk of D early, for a store<true>() that
@@ -112,7 +126,7 @@ struct SwizzledTmaStoreEpilogue {
         static_assert(kAccumulate, "only an accumulating epilogue loads D");
         if (threadIdx.x % 128 == 0) {
             tma_store_wait_read_all();
-            load_chunk(staging, load_barrier, tma_d, row0, col0);
+            load_chunk(staging, load_barrier, tma_d, row0, col0, chunk_slabs(0));
         }
     }
 
@@ -146,7 +160,7 @@ struct SwizzledTmaStoreEpilogue {
             }
             if constexpr (kAccumulate) {
                 if (!prefetched && leader)
-                    load_chunk(staging, load_barrier, tma_d, row0, chunk_col0);
+                    load_chunk(staging, load_barrier, tma_d, row0, chunk_col0, chunk_slabs(chunk));
                 mbarrier_wait(load_barrier, load_phase);
                 load_phase ^= 1;
             }
@@ -159,7 +173,11 @@ struct SwizzledTmaStoreEpilogue {
                 const uint32_t lane = threadIdx.x % 32, block = lane / 8;
                 const uint32_t row = (threadIdx.x % 128) / 32 * 16 + (block % 2) * 8 + lane % 8;
 #pragma unroll
-                for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; t += 2) {
+                for (uint32_t i = 0; i < kChunkCols / 8; i += 2) {
+                    // (Fixed trip counts, so that every accumulator index stays a constant.)
+                    const uint32_t t = chunk * kChunkCols / 8 + i;
+                    if (t >= kBlockN / 8)
+                        break;
                     const uint32_t col = (t + block / 2) * 8 - chunk * kChunkCols;
                     stmatrix_x4(staging_addr + offset(row, col),
                                 OutputPair<OutT>::pack(acc[t * 4], acc[t * 4 + 1]),
@@ -169,7 +187,10 @@ struct SwizzledTmaStoreEpilogue {
                 }
             } else {
 #pragma unroll
-                for (uint32_t t = chunk * kChunkCols / 8; t < (chunk + 1) * kChunkCols / 8; ++t) {
+                for (uint32_t i = 0; i < kChunkCols / 8; ++i) {
+                    const uint32_t t = chunk * kChunkCols / 8 + i;
+                    if (t >= kBlockN / 8)
+                        break;
 #pragma unroll
                     for (uint32_t half = 0; half < 2; ++half) {
                         const uint32_t p = staging_addr + offset(fragment_row(half),
@@ -190,7 +211,8 @@ struct SwizzledTmaStoreEpilogue {
             if (leader) {
 #pragma unroll
                 for (uint32_t s = 0; s < kChunkSlabs; ++s)
-                    tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
+                    if (s < chunk_slabs(chunk))
+                        tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
                 tma_store_commit_group();
             }
         }
@@ -201,6 +223,15 @@ struct SwizzledTmaStoreEpilogue {
             tma_store_wait_all();
     }
 };
+
+// kMaxChunkSlabs for a kernel whose other shared-memory regions (its ring, barriers, flags and
+// alignment slack) take `non_staging_bytes` of SM90's 227 KB: the whole slabs per 64-row slice
+// that fit the rest (0: none).
+template <typename OutT, uint32_t kBlockN>
+__host__ __device__ constexpr uint32_t staging_room_slabs(uint32_t non_staging_bytes, uint32_t slices) {
+    constexpr uint32_t kSlabBytes = SwizzledTmaStoreEpilogue<OutT, kBlockN, false>::kSlabBytes;
+    return non_staging_bytes < 232448 ? (232448 - non_staging_bytes) / (slices * kSlabBytes) : 0;
+}
 
 // The rows of a warpgroup's tile that a TMA box cannot store alone: the first `rows` of its 64
 // (the others must stay untouched, e.g. past a masked group's row count), stored from the

@@ -90,7 +90,16 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kStageBytes =
         kTileABytes + kTileBBytes + kScaleABytes + (kScaleBPerColumn ? kBlockN * 4 : 0);
 
-    using Epilogue = SwizzledTmaStoreEpilogue<OutT, kBlockN, kAccumulate>;
+    // Barriers: full and empty per stage, one epilogue load barrier per consumer warpgroup.
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
+    // The epilogue stages what shared memory the ring leaves (at least its default chunks, unless
+    // the ring is deeper than those allow: SwizzledTmaStoreEpilogue's kMaxChunkSlabs).
+    static constexpr uint32_t kNonStagingBytes =
+        kNumStages * (kTileABytes + kTileBBytes + kScaleStageBytes) + kNumBarriers * 8 +
+        kNumMathWarpgroups * 4 + 1024;
+    using Epilogue = SwizzledTmaStoreEpilogue<
+        OutT, kBlockN, kAccumulate,
+        kSplitK ? 0xffffffffu : staging_room_slabs<OutT, kBlockN>(kNonStagingBytes, kNumRowSlices)>;
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kNumMathWarpgroups, kAccumulate>;
     using Mma = WgmmaFp8<kBlockN>;
 
@@ -136,7 +145,6 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kOffsetScales =
         kOffsetStaging + (kSplitK ? 0 : kNumRowSlices * Epilogue::kBytesPerWarpgroup);
     static constexpr uint32_t kOffsetBarriers = kOffsetScales + kNumStages * kScaleStageBytes;
-    static constexpr uint32_t kNumBarriers = 2 * kNumStages + kNumMathWarpgroups;
     static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 

@@ -69,31 +69,62 @@ def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
     return 128 if row % 128 == 0 else 64 if row % 64 == 0 else 32
 
 
-def epilogue_staging_cols(block_n: int, out_bytes: int) -> int:
+def epilogue_staging_cols(block_n: int, out_bytes: int, max_chunk_slabs: int | None = None) -> int:
     """Mirrors SwizzledTmaStoreEpilogue::kChunkCols: rows wider than 256 bytes with an even number
-    of swizzle slabs are staged half at a time."""
+    of swizzle slabs are staged half at a time; `max_chunk_slabs` (the room a deep ring leaves)
+    narrows the chunks further, to at least one slab."""
     row = block_n * out_bytes
-    slabs = row // epilogue_swizzle_bytes(block_n, out_bytes)
-    return block_n // 2 if row > 256 and slabs % 2 == 0 else block_n
+    slab_cols = epilogue_swizzle_bytes(block_n, out_bytes) // out_bytes
+    slabs = block_n // slab_cols
+    chunk = slabs // 2 if row > 256 and slabs % 2 == 0 else slabs
+    if max_chunk_slabs is not None:
+        chunk = max(1, min(chunk, max_chunk_slabs))
+    return chunk * slab_cols
+
+
+def _non_staging_shared_memory(block_m: int, block_n: int, num_stages: int,
+                               extra_stage_bytes: int) -> int:
+    """The kernels' shared memory besides the epilogue staging (traits' kNonStagingBytes): the
+    ring, its barriers, the split-K flags, the 1024-byte alignment slack."""
+    warpgroups = consumer_warpgroups(block_m)
+    stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
+    return num_stages * stage + (2 * num_stages + warpgroups) * 8 + warpgroups * 4 + 1024
+
+
+def epilogue_chunk_cols(block_m: int, block_n: int, num_stages: int, out_bytes: int,
+                        extra_stage_bytes: int = 0) -> int:
+    """Columns the epilogue stages at once beside a ring of `num_stages` (mirrors the traits'
+    kMaxChunkSlabs): its default chunks where they fit, else as many whole slabs as fit."""
+    slab_bytes = 64 * epilogue_swizzle_bytes(block_n, out_bytes)   # one 64-row slice's slab
+    room = SMEM_LIMIT - _non_staging_shared_memory(block_m, block_n, num_stages, extra_stage_bytes)
+    return epilogue_staging_cols(block_n, out_bytes, max(0, room) // (block_m // 64 * slab_bytes))
 
 
 def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int,
                             split_k: bool = False, extra_stage_bytes: int = 0) -> int:
     """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes;
     `extra_stage_bytes`: a family's per-stage extras, e.g. the FP8 kernel's scales)."""
-    warpgroups = consumer_warpgroups(block_m)
-    stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
-    staging = 0 if split_k else block_m * epilogue_staging_cols(block_n, out_bytes) * out_bytes
-    barriers = (2 * num_stages + warpgroups) * 8
-    return num_stages * stage + staging + barriers + warpgroups * 4 + 1024
+    non_staging = _non_staging_shared_memory(block_m, block_n, num_stages, extra_stage_bytes)
+    if split_k:   # split-K reduces through global memory: no staging
+        return non_staging
+    return non_staging + block_m * out_bytes * epilogue_chunk_cols(block_m, block_n, num_stages,
+                                                                   out_bytes, extra_stage_bytes)
 
 
 def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False,
-               extra_stage_bytes: int = 0, cap: int | None = None) -> int:
-    """The most stages that fit shared memory, at most `cap` (MAX_STAGES when None)."""
+               extra_stage_bytes: int = 0, cap: int | None = None,
+               narrow_staging: bool = False) -> int:
+    """The most stages that fit shared memory, at most `cap` (MAX_STAGES when None): beside the
+    epilogue's default staging, or with `narrow_staging` beside chunks as narrow as one slab."""
+    cap = MAX_STAGES if cap is None else cap
+    if narrow_staging:
+        fits = [s for s in range(1, cap + 1)
+                if bf16_gemm_shared_memory(block_m, block_n, s, out_bytes, split_k,
+                                           extra_stage_bytes) <= SMEM_LIMIT]
+        return max(fits, default=0)
     stage = (block_m + block_n) * BLOCK_K_BF16 * 2 + extra_stage_bytes
     fixed = bf16_gemm_shared_memory(block_m, block_n, 0, out_bytes, split_k)
-    return min((SMEM_LIMIT - fixed - 16 * 8) // stage, MAX_STAGES if cap is None else cap)
+    return min((SMEM_LIMIT - fixed - 16 * 8) // stage, cap)
 
 
 # Deeper pipelines for the dense GEMMs (with_pipeline_depth): up to DEEP_PIPELINE_STAGES stages at
@@ -101,10 +132,18 @@ def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False
 DEEP_PIPELINE_STAGES = 12
 DEEP_PIPELINE_MIN_K = 4096
 DEEP_PIPELINE_MAX_B_BYTES = 64 << 20
+# Under the same conditions, a BF16 128-row tile whose ring shared memory caps below MAX_STAGES
+# takes one stage more where the epilogue, staging in narrower chunks of swizzle slabs, leaves
+# room (128x144: 5 -> 6 stages, staging 80 of its 144 columns at a time; 128x176: 4 -> 5).
+# Measured on the H100 (2026-12-05, NOTES.md session 23, results/probe_deep_staging-h100.txt):
+# 4096x576x7168 +4.2 % (both rounds), 4096x2112x7168 -2.1 / +0.9 %; cuBLAS runs those tiles with 6
+# and 5 stages. The FP8 1D2D tiles measured no gain (0 to -2.7 %), so they keep their rings.
+NARROW_STAGING_FOR_DEPTH = True
 
 
 def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes: int,
-                        out_bytes: int, extra_stage_bytes: int = 0) -> Bf16GemmConfig:
+                        out_bytes: int, extra_stage_bytes: int = 0,
+                        narrow_staging: bool = False) -> Bf16GemmConfig:
     """`config` with up to DEEP_PIPELINE_STAGES stages instead of MAX_STAGES where shared memory
     has room (narrow tiles: 64x16..64x64) and the problem waits on L2 -> SM latency rather than on
     HBM bandwidth: K >= DEEP_PIPELINE_MIN_K, and B, the operand that streams from memory at small M,
@@ -113,10 +152,18 @@ def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes:
     128x4096x7168 +6.5 %, 64/128x2112x7168 +3.4 / +2.5 %, 64/128x576x7168 +2.6 / +3.3 %; BF16
     128x4096x7168 +12.8 % (B 59 MB), 128x2112x7168 +7.8 %, 64/128x576x7168 +4.7 / +4.6 %, the other
     K = 7168 ones within 0.2 %. Left at 8: K <= 2048 (1.3-2.5 % slower with 12, where a tile's
-    whole K loop is a few stages) and B of 117-235 MB at K = 16384 (0.7-2.2 % slower: HBM-bound)."""
-    if (k < DEEP_PIPELINE_MIN_K or n * k * b_element_bytes > DEEP_PIPELINE_MAX_B_BYTES
-            or config.num_stages < MAX_STAGES):
+    whole K loop is a few stages) and B of 117-235 MB at K = 16384 (0.7-2.2 % slower: HBM-bound).
+    With `narrow_staging` (the BF16 GEMMs), a 128-row tile whose ring shared memory caps below
+    MAX_STAGES gets one stage more where narrower epilogue staging makes room (NARROW_STAGING_FOR_DEPTH)."""
+    if k < DEEP_PIPELINE_MIN_K or n * k * b_element_bytes > DEEP_PIPELINE_MAX_B_BYTES:
         return config
+    if config.num_stages < MAX_STAGES:
+        if (not (narrow_staging and NARROW_STAGING_FOR_DEPTH) or config.block_m > 128
+                or config.num_splits > 1):
+            return config
+        stages = max_stages(config.block_m, config.block_n, out_bytes, False, extra_stage_bytes,
+                            cap=config.num_stages + 1, narrow_staging=True)
+        return replace(config, num_stages=stages) if stages > config.num_stages else config
     stages = max_stages(config.block_m, config.block_n, out_bytes, config.num_splits > 1,
                         extra_stage_bytes, cap=DEEP_PIPELINE_STAGES)
     return replace(config, num_stages=max(stages, config.num_stages))
@@ -460,8 +507,8 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
     if block_n_multiple == 1:
         tuned = tuned_config(m, n, k, out_bytes, b_k_major, num_sms)
         if tuned is not None:
-            return with_stream_k(with_pipeline_depth(tuned, n, k, 2, out_bytes), m, n,
-                                 math.ceil(k / BLOCK_K_BF16), num_sms)
+            deep = with_pipeline_depth(tuned, n, k, 2, out_bytes, narrow_staging=True)
+            return with_stream_k(deep, m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n, b_k_major, block_n_multiple):
         tiles = math.ceil(m / block_m) * math.ceil(n / block_n)
@@ -480,7 +527,8 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
-    return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes),
+    return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes,
+                                             narrow_staging=True),
                          m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
 
 
