@@ -9,7 +9,8 @@ built for the wrong architecture (TOOLCHAIN.md "Pitfalls").
 
 A binary is fixed by (block_m, block_n, stages, split-K) x A/B major-ness x out dtype x accumulate.
 The heuristics use the most stages that fit (`max_stages`; up to DEEP_PIPELINE_STAGES instead of
-MAX_STAGES for narrow tiles at long K, `with_pipeline_depth`), and take tiles from
+MAX_STAGES for narrow tiles at long K, and one more for 128-row tiles beside narrower epilogue
+staging, `with_pipeline_depth`), and take tiles from
 `bf16_gemm_candidates`; the full product is several hundred binaries. This file compiles a covering
 subset (see `_variants`): every tile shape in two opposite corners of the layout/dtype/accumulate
 space, and all 16 layout/dtype/accumulate combinations for the largest and the smallest tile.
@@ -153,6 +154,19 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
         # forward GEMMs run (K-major, BF16 D, no c) at the deep stage count.
         if tile.deep_stages_for(torch.bfloat16):
             full_sass.append(_spec(tile, True, True, torch.bfloat16, False, deep=True))
+        # ... and the one stage more it gives 128-row tiles beside narrower epilogue staging
+        # (NARROW_STAGING_FOR_DEPTH), in the same corner.
+        if not tile.split_k and tile.stages_for(torch.bfloat16):
+            base = _spec(tile, True, True, torch.bfloat16, False)
+            narrowed = heuristics.with_pipeline_depth(base.config, 1024, 7168, 2, 2, narrow_staging=True)
+            if narrowed.num_stages > base.config.num_stages:
+                full_sass.append(replace(base, config=narrowed))
+    # Narrow staging with c (each chunk's c loaded on its own), as the GPU deep-ring tests build it:
+    # 128x144 FP32 in chunks of two slabs (the last of one), 128x112 FP32 in one-slab chunks.
+    for block_n in (144, 112):
+        base = _spec(_find(tiles, 128, block_n), True, True, torch.float32, True)
+        deepest = heuristics.max_stages(128, block_n, 4, cap=12, narrow_staging=True)
+        full_sass.append(replace(base, config=replace(base.config, num_stages=deepest)))
     for out_dtype in (torch.bfloat16, torch.float32):
         full_sass += _all_combos(_largest(tiles, out_dtype), (out_dtype,))
     full_sass += _all_combos(_find(tiles, 64, 64))
@@ -203,8 +217,10 @@ def test_variant_list_covers_every_chosen_tile_and_all_combos_of_the_extremes():
         assert spec.shared_memory <= heuristics.SMEM_LIMIT
         assert spec.config.num_stages in {
             heuristics.max_stages(spec.config.block_m, spec.config.block_n,
-                                  _OUT_BYTES[spec.out_dtype], spec.split_k, cap=cap)
-            for cap in (heuristics.MAX_STAGES, heuristics.DEEP_PIPELINE_STAGES)}
+                                  _OUT_BYTES[spec.out_dtype], spec.split_k, cap=cap,
+                                  narrow_staging=narrow)
+            for cap in (heuristics.MAX_STAGES, heuristics.DEEP_PIPELINE_STAGES)
+            for narrow in (False, True)}
     # The deep rings are covered for every tile that has one.
     deep = {(s.config.block_m, s.config.block_n, s.split_k) for s in specs
             if s.config.num_stages > heuristics.MAX_STAGES}

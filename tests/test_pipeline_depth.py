@@ -1,5 +1,7 @@
 """with_pipeline_depth (heuristics.sm90): which dense configs get more than MAX_STAGES stages, and
 that the deeper ring still fits shared memory."""
+from dataclasses import replace
+
 import pytest
 
 from dg_triton.heuristics import sm90
@@ -76,8 +78,18 @@ def test_narrower_staging_is_not_taken_at_short_k_large_b_or_without_a_gain():
     assert sm90.with_pipeline_depth(tile, 8192, 7168, 2, 2, narrow_staging=True) is tile  # B 117 MB
     wide = sm90.make_config(4096, 4096, 128, 256, 1, 7168, 2, NUM_SMS)     # 5 stages never fit
     assert sm90.with_pipeline_depth(wide, 4096, 7168, 2, 2, narrow_staging=True) is wide
-    split = sm90.make_config(128, 2112, 128, 176, 2, 7168, 2, NUM_SMS)     # split-K stages nothing
-    assert split is None or sm90.with_pipeline_depth(split, 2112, 7168, 2, 2, narrow_staging=True) is split
+    # Split-K stages nothing, so its ring is not the one narrowing makes room for.
+    split = replace(sm90.make_config(128, 2112, 128, 176, 2, 7168, 2, NUM_SMS), num_stages=3)
+    assert sm90.with_pipeline_depth(split, 2112, 7168, 2, 2, narrow_staging=True) is split
+    # FP32 D, 64-row tiles and staging in three or more chunks a row were not measured.
+    fp32 = sm90.make_config(4096, 2112, 128, 176, 1, 7168, 4, NUM_SMS)
+    assert sm90.with_pipeline_depth(fp32, 2112, 7168, 2, 4, narrow_staging=True) is fp32
+    narrow_64 = sm90.make_config(192, 7168, 64, 176, 1, 7168, 2, NUM_SMS)
+    assert narrow_64.num_stages < sm90.MAX_STAGES
+    assert sm90.with_pipeline_depth(narrow_64, 7168, 7168, 2, 2, narrow_staging=True) is narrow_64
+    three_chunks = sm90.make_config(4096, 2304, 128, 192, 1, 7168, 2, NUM_SMS)   # 5 stages: 3 chunks
+    assert sm90.max_stages(128, 192, 2, cap=5, narrow_staging=True) == 5
+    assert sm90.with_pipeline_depth(three_chunks, 2304, 7168, 2, 2, narrow_staging=True) is three_chunks
 
 
 @pytest.mark.parametrize("block_n,out_bytes,stages,chunk_cols", [
@@ -85,6 +97,6 @@ def test_narrower_staging_is_not_taken_at_short_k_large_b_or_without_a_gain():
     (176, 2, 5, 128), (256, 2, 4, 128),    # 128x256 keeps its half-row chunks
     (112, 4, 7, 16), (128, 2, 6, 128), (192, 2, 5, 64)])
 def test_the_epilogue_stages_in_the_room_the_ring_leaves(block_n, out_bytes, stages, chunk_cols):
-    # Mirrors the traits' kMaxChunkSlabs (the compile tests check the byte count against the
-    # kernel's own through a static_assert).
+    # Mirrors the traits' kMaxChunkSlabs (every build asserts the host's byte count equals the
+    # kernel's own; the compile tests build the narrowed rings the heuristics pick).
     assert sm90.epilogue_chunk_cols(128, block_n, stages, out_bytes) == chunk_cols

@@ -64,8 +64,8 @@ struct SwizzledTmaStoreEpilogue {
     // Rows wider than 256 bytes (with an even slab count) are staged half at a time: the staging
     // buffer shrinks by half, which buys the widest tiles one more pipeline stage (128x256 BF16:
     // 3 -> 4). A deeper ring than that leaves room for narrows the chunks to kMaxChunkSlabs slabs
-    // (the last chunk takes the rest), e.g. 128x144 BF16 at 6 stages: three chunks of 48 columns.
-    // Mirrored by heuristics.sm90.epilogue_staging_cols.
+    // (the last chunk takes the rest), e.g. 128x144 BF16 at 6 stages: 80 columns, then 64.
+    // Mirrored by heuristics.sm90.epilogue_staging_cols / epilogue_chunk_cols.
     static constexpr uint32_t kDefaultChunkSlabs =
         (kRowBytes > 256 && kNumSlabs % 2 == 0) ? kNumSlabs / 2 : kNumSlabs;
     static constexpr uint32_t kChunkSlabs =

@@ -132,9 +132,11 @@ def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False
 DEEP_PIPELINE_STAGES = 12
 DEEP_PIPELINE_MIN_K = 4096
 DEEP_PIPELINE_MAX_B_BYTES = 64 << 20
-# Under the same conditions, a BF16 128-row tile whose ring shared memory caps below MAX_STAGES
-# takes one stage more where the epilogue, staging in narrower chunks of swizzle slabs, leaves
-# room (128x144: 5 -> 6 stages, staging 80 of its 144 columns at a time; 128x176: 4 -> 5).
+# Under the same conditions, a BF16 128-row tile with a BF16 D and no c whose ring shared memory
+# caps below MAX_STAGES takes one stage more where the epilogue, staging in at most two chunks of
+# swizzle slabs a row, leaves room (128x144: 5 -> 6 stages, staging 80 then 64 of its 144
+# columns; 128x176: 4 -> 5, 128 then 48). Narrower staging (three or more chunks: 128x160,
+# 128x192, 128x208), 64-row tiles, FP32 D and c were not measured and keep their rings.
 # Measured on the H100 (2026-12-05, NOTES.md session 23, results/probe_deep_staging-h100.txt):
 # 4096x576x7168 +4.2 % (both rounds), 4096x2112x7168 -2.1 / +0.9 %; cuBLAS runs those tiles with 6
 # and 5 stages. The FP8 1D2D tiles measured no gain (0 to -2.7 %), so they keep their rings.
@@ -153,17 +155,23 @@ def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes:
     128x4096x7168 +12.8 % (B 59 MB), 128x2112x7168 +7.8 %, 64/128x576x7168 +4.7 / +4.6 %, the other
     K = 7168 ones within 0.2 %. Left at 8: K <= 2048 (1.3-2.5 % slower with 12, where a tile's
     whole K loop is a few stages) and B of 117-235 MB at K = 16384 (0.7-2.2 % slower: HBM-bound).
-    With `narrow_staging` (the BF16 GEMMs), a 128-row tile whose ring shared memory caps below
-    MAX_STAGES gets one stage more where narrower epilogue staging makes room (NARROW_STAGING_FOR_DEPTH)."""
+    With `narrow_staging` (the BF16 GEMMs with a BF16 D and no c), a 128-row tile whose ring
+    shared memory caps below MAX_STAGES gets one stage more where epilogue staging in at most two
+    chunks a row makes room (NARROW_STAGING_FOR_DEPTH)."""
     if k < DEEP_PIPELINE_MIN_K or n * k * b_element_bytes > DEEP_PIPELINE_MAX_B_BYTES:
         return config
     if config.num_stages < MAX_STAGES:
-        if (not (narrow_staging and NARROW_STAGING_FOR_DEPTH) or config.block_m > 128
-                or config.num_splits > 1):
+        # What was measured (NARROW_STAGING_FOR_DEPTH): 128-row tiles, 16-bit D without c, one
+        # stage more where the narrower staging takes at most two chunks a row.
+        if (not (narrow_staging and NARROW_STAGING_FOR_DEPTH) or config.block_m != 128
+                or config.num_splits > 1 or out_bytes != 2):
             return config
         stages = max_stages(config.block_m, config.block_n, out_bytes, False, extra_stage_bytes,
                             cap=config.num_stages + 1, narrow_staging=True)
-        return replace(config, num_stages=stages) if stages > config.num_stages else config
+        chunk = epilogue_chunk_cols(config.block_m, config.block_n, stages, out_bytes, extra_stage_bytes)
+        if stages <= config.num_stages or 2 * chunk < config.block_n:
+            return config
+        return replace(config, num_stages=stages)
     stages = max_stages(config.block_m, config.block_n, out_bytes, config.num_splits > 1,
                         extra_stage_bytes, cap=DEEP_PIPELINE_STAGES)
     return replace(config, num_stages=max(stages, config.num_stages))
@@ -503,11 +511,11 @@ def tuned_config(m, n, k, out_bytes, b_k_major, num_sms) -> Bf16GemmConfig | Non
 
 def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
                             block_n_multiple: int = 1, b_k_major: bool = True,
-                            allow_split_k: bool = True) -> Bf16GemmConfig:
+                            allow_split_k: bool = True, accumulate: bool = False) -> Bf16GemmConfig:
     if block_n_multiple == 1:
         tuned = tuned_config(m, n, k, out_bytes, b_k_major, num_sms)
         if tuned is not None:
-            deep = with_pipeline_depth(tuned, n, k, 2, out_bytes, narrow_staging=True)
+            deep = with_pipeline_depth(tuned, n, k, 2, out_bytes, narrow_staging=not accumulate)
             return with_stream_k(deep, m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
     best = None
     for block_m, block_n in bf16_gemm_candidates(m, n, b_k_major, block_n_multiple):
@@ -528,7 +536,7 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
     return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes,
-                                             narrow_staging=True),
+                                             narrow_staging=not accumulate),
                          m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
 
 

@@ -219,7 +219,8 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
     element = d.element_size()
     if config is None:
         config = choose_bf16_gemm_config(m, n, k, element, num_sms,
-                                         settings._block_size_multiple_of[1], b_k_major)
+                                         settings._block_size_multiple_of[1], b_k_major,
+                                         accumulate=accumulate)
     spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, d.dtype, accumulate,
                               *_compiled_dims(m, n, k, compiled_dims), probe_defines)
     print_config_once(function, (m, n, k), d.device, spec)
