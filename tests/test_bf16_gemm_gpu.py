@@ -382,6 +382,7 @@ def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, b
 @pytest.mark.parametrize("block_n,out_dtype,accumulate", ((144, torch.bfloat16, False),
                                                           (176, torch.bfloat16, False),
                                                           (192, torch.bfloat16, False),
+                                                          (224, torch.bfloat16, False),
                                                           (144, torch.float32, True),
                                                           (112, torch.float32, True),
                                                           (256, torch.float32, True)))
