@@ -102,7 +102,7 @@ if [ "$bench" = 1 ]; then
         run_stage "probe_gemv bf16" "$LOGS/probe_gemv_bf16.txt" 40 python3 benchmarks/probe_gemv.py --dtype bf16
     fi
     wants probe_c_load && run_stage "probe_c_load" "$LOGS/probe_c_load.txt" 16 \
-        python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --bitwise --variants ",DG_PROBE_EARLY_C_LOAD" \
+        python3 benchmarks/probe_fp8.py --kinds 1d1d --accumulate --bitwise --variants ",DG_PROBE_LATE_C_LOAD" \
         --block-ns 112,128,144 --shapes 4096x4096x7168,7168x4096x2048,32768x4096x512,7168x4096x16384
     wants probe_c_load && run_stage "probe_c_load bf16" "$LOGS/probe_c_load_bf16.txt" 12 \
         python3 benchmarks/probe_bf16.py --accumulate --bitwise --variants ",DG_PROBE_EARLY_C_LOAD" \

@@ -352,10 +352,13 @@ def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, clust
 
 @pytest.mark.parametrize("alias", ("nt", "tn"))
 @pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
-@pytest.mark.parametrize("k", (1000, 64))   # 16 K blocks; one (c loaded at the store)
+# early-load probe: c loaded after issuing K block 12 of 16 (0-based), 20 of 24, 2 of 6; at the
+# store with 5 K blocks and one
+@pytest.mark.parametrize("k", (1000, 1536, 384, 320, 64))
 def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, block_n, k):
-    """The opt-in early load of c (DG_PROBE_EARLY_C_LOAD) on an FP32 D += c, more tiles than SMs:
-    bitwise equal to the default build (same arithmetic, same order), and to the reference."""
+    """The load of c under the K loop (DG_PROBE_EARLY_C_LOAD, bf16_gemm.cuh kEarlyCLoad) on an FP32
+    D += c, more tiles than SMs: bitwise equal to the default build, which loads it at the store
+    (same arithmetic, same order), and to the reference."""
     from dg_triton import validation
     from dg_triton.heuristics.sm90 import make_config
     from dg_triton.kernels import sm90_bf16_gemm

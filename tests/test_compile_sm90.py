@@ -172,8 +172,8 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
     full_sass += _all_combos(_find(tiles, 64, 64))
     # The split-K 64x64 combinations share their mainloop (the SASS facts) with the non-split ones.
     ptxas_only += _all_combos(_find(tiles, 64, 64, split_k=True))
-    # The opt-in early load of c (DG_PROBE_EARLY_C_LOAD, probe builds) on an accumulating tile of
-    # each block M, both majors.
+    # The load of c under the K loop (DG_PROBE_EARLY_C_LOAD, probe builds) on an accumulating tile
+    # of each block M, both majors.
     for block_m, block_n in ((128, 256), (64, 64)):
         for k_major in (True, False):
             spec = _spec(_find(tiles, block_m, block_n), k_major, k_major, torch.float32, True)

@@ -65,13 +65,14 @@ def _variants():
                                                 _NUM_SMS, cluster_n, cluster_m)
             spec = Fp8GemmKernelSpec(config, kind == "1d1d", out, kind == "1d1d")
             specs[spec.name] = spec
-    # The opt-in early load of c (DG_PROBE_EARLY_C_LOAD, for benchmarks/probe_fp8.py): the wgrad
-    # tile with and without overlapped promotion, and a split-K one (which keeps the late load).
+    # The load of c at the store (DG_PROBE_LATE_C_LOAD, for benchmarks/probe_fp8.py; by default an
+    # accumulating tile loads it under its K loop): the wgrad tile with and without overlapped
+    # promotion, and a split-K one (which loads c at the store either way).
     for block_m, block_n, splits in ((128, 112, 1), (128, 144, 1), (64, 64, 4)):
         config = heuristics.make_fp8_config("1d1d", 4096, 4096, block_m, block_n, splits, 7168, 4,
                                             _NUM_SMS)
         spec = Fp8GemmKernelSpec(config, True, torch.float32, True,
-                                 probe_defines=("DG_PROBE_EARLY_C_LOAD",))
+                                 probe_defines=("DG_PROBE_LATE_C_LOAD",))
         specs[spec.name] = spec
     return sorted(specs.values(), key=lambda spec: spec.name)
 

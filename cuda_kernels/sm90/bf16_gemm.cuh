@@ -128,9 +128,12 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr uint32_t kLeadingB = T::kBKMajor ? 16 : T::kAtom * 128;
     // This warpgroup's 64 rows of A: 64 rows of 128 B (K-major) or the math_wg-th atom (MN-major).
     const uint32_t a_offset = math_wg * 64 * 128;
-    // Whether an accumulating tile loads its c under the K loop, once its second K block is
-    // issued, rather than at its store: a probe build only until measured (fp8_gemm.cuh,
-    // kEarlyCLoad).
+    // Whether an accumulating tile loads its c under the K loop, after issuing the K block
+    // early_c_load_block names, rather than at its store: a probe build (DG_PROBE_EARLY_C_LOAD,
+    // benchmarks/probe_bf16.py) until that rule is timed here. (FP8 1D1D ships it, with the load
+    // outside its K loop: fp8_gemm.cuh. Here it sits in the loop, which measured +0.9 % at
+    // 4096x4096x7168, even at K = 2048 and +8 % at 4096x32768x512 with c loaded 8 blocks before
+    // the end: NOTES.md session 24.)
 #ifdef DG_PROBE_EARLY_C_LOAD
     constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
 #else
@@ -153,8 +156,10 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
                 acc[i] = 0.0f;
         }
-        // kEarlyCLoad: the tile's c, brought into the epilogue's staging under the K loop (a tile
-        // of fewer than two K blocks loads it just before its store).
+        // kEarlyCLoad: the tile's c, brought into the epilogue's staging under the K loop from the
+        // K block early_c_load_block names (tiles it leaves out load it just before their store).
+        [[maybe_unused]] const uint32_t c_block =
+            kEarlyCLoad ? early_c_load_block(unit.k_block_begin, unit.k_block_end) : 0;
         [[maybe_unused]] auto load_c = [&] {
             if constexpr (kEarlyCLoad)
                 T::Epilogue::prefetch_accumulator(staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
@@ -184,7 +189,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             previous_stage = pipe.stage;
             pipe.advance<T::kNumStages>();
             if constexpr (kEarlyCLoad) {
-                if (kb == unit.k_block_begin + 1)
+                if (kb == c_block)
                     load_c();
             }
         }
@@ -195,7 +200,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         if (!Sched::kGrouped || unit.k_block_begin < unit.k_block_end)
             release_stage<T>(&empty[previous_stage], cluster_rank);
         if constexpr (kEarlyCLoad) {
-            if (unit.k_block_end - unit.k_block_begin < 2)   // the loop did not load c
+            if (c_block == unit.k_block_end)   // the loop did not load c
                 load_c();
         }
 

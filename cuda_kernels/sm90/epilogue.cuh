@@ -1,7 +1,7 @@
 // Epilogue: accumulators -> shared memory (swizzled as TMA expects, so the writes mostly avoid
 // bank conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
 // in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype)
-// (optionally its first chunk while the tile's K loop still runs: prefetch_accumulator).
+// (its first chunk while the tile's K loop still runs, where the kernel asks: prefetch_accumulator).
 // Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
 // wait for each other here.
 #pragma once
@@ -116,10 +116,9 @@ struct SwizzledTmaStoreEpilogue {
 
     // kAccumulate: starts the load of the tile's first chunk of D early, for a store<true>() that
     // then only waits for it; called once per tile by every thread of the warpgroup (the leader
-    // issues). A consumer calls it a few K blocks into the tile, so that the load (up to 32 KB per
-    // warpgroup from HBM, waited for at the store otherwise) runs under the MMAs, long after the
-    // previous tile's stores finished reading staging. (Opt-in, DG_PROBE_EARLY_C_LOAD, until it is
-    // measured on the GPU.)
+    // issues) at the K block early_c_load_block() names, so that the load (up to 36 KB per
+    // warpgroup from HBM, waited for at the store otherwise) runs under the MMAs, after the
+    // previous tile's stores finished reading staging (the leader waits for that first).
     __device__ __forceinline__ static void prefetch_accumulator(uint8_t* staging, uint64_t* load_barrier,
                                                                 const TmaDescriptor* tma_d,
                                                                 uint32_t row0, uint32_t col0) {
@@ -223,6 +222,22 @@ struct SwizzledTmaStoreEpilogue {
             tma_store_wait_all();
     }
 };
+
+// Where an accumulating tile starts loading its c (prefetch_accumulator): at K block
+// end - kCLoadLead (the FP8 kernel loads it before issuing that block, after promoting the one
+// before; BF16's probe build after issuing it), or `end`, at the store, for tiles of at most
+// kCLoadLead + 1 blocks. Measured on the FP8 1D1D wgrad tiles (2026-12-05, benchmarks/NOTES.md
+// session 24): 12- and 16-block tiles 7-12 % faster than with c loaded at the store, 56-block
+// tiles 0-3 % (the K loop stays the same code either way: the FP8 kernel runs a tile's K blocks
+// in two parts around the load, which adds one or two chain ends a tile), 4-block tiles 4 %
+// slower with c loaded after their first block (an H100); tiles of 5 to 11 blocks were not
+// timed (the cut at 6 is a guess between 4 and 12).
+// (Constants inside functions or structs: a namespace-scope one becomes a PTX global named after
+// the source file, which changed ptxas's scheduling between builds of the same kernel.)
+__device__ __forceinline__ uint32_t early_c_load_block(uint32_t begin, uint32_t end) {
+    constexpr uint32_t kCLoadLead = 4;
+    return end - begin > kCLoadLead + 1 ? end - kCLoadLead : end;
+}
 
 // kMaxChunkSlabs for a kernel whose other shared-memory regions (its ring, barriers, flags and
 // alignment slack) take `non_staging_bytes` of SM90's 227 KB: the whole slabs per 64-row slice

@@ -231,7 +231,11 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 }
 
 // This thread's scales for one K block: A's for its two fragment rows, B's for the tile's scale
-// blocks (1D2D) or for its fragment columns (1D1D).
+// blocks (1D2D) or for its fragment columns (1D1D). Cost probes of the 1D1D promotion
+// (benchmarks/probe_1d1d_cost.py only; each is right only for inputs whose omitted scales are all
+// 1): DG_PROBE_1D1D_SCALE_A_ONLY promotes with sfa alone (one FFMA an element, no sfb loads, as
+// 1D2D), DG_PROBE_1D1D_SCALE_B_ONLY with sfb alone (one FFMA an element, the sfb loads kept),
+// DG_PROBE_1D1D_NO_SCALES adds the partial sums unscaled (Promotion::promote).
 template <class T>
 struct BlockScales {
     static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kBlockN / 4 : T::kScaleBlocksPerTile;
@@ -255,6 +259,7 @@ struct BlockScales {
 #pragma unroll
             for (uint32_t half = 0; half < 2; ++half)
                 a[wave][half] = ld_shared_f32(slot + offsets.a + (wave * 64 + half * 8) * 4);
+#if !defined(DG_PROBE_1D1D_SCALE_A_ONLY) && !defined(DG_PROBE_1D1D_NO_SCALES)
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
             for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
@@ -263,6 +268,7 @@ struct BlockScales {
                 b[2 * t + 1] = pair.y;
             }
         }
+#endif
     }
 };
 
@@ -341,8 +347,19 @@ struct Promotion {
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const uint32_t r = t * 4 + half * 2;
+#if defined(DG_PROBE_1D1D_NO_SCALES)
+                    acc[r] += partial[r];
+                    acc[r + 1] += partial[r + 1];
+#elif defined(DG_PROBE_1D1D_SCALE_A_ONLY)
+                    acc[r] = fmaf(partial[r], a[half], acc[r]);
+                    acc[r + 1] = fmaf(partial[r + 1], a[half], acc[r + 1]);
+#elif defined(DG_PROBE_1D1D_SCALE_B_ONLY)
+                    acc[r] = fmaf(partial[r], b[2 * t], acc[r]);
+                    acc[r + 1] = fmaf(partial[r + 1], b[2 * t + 1], acc[r + 1]);
+#else
                     acc[r] = fmaf(partial[r], a[half] * b[2 * t], acc[r]);
                     acc[r + 1] = fmaf(partial[r + 1], a[half] * b[2 * t + 1], acc[r + 1]);
+#endif
                 }
         } else {
             float scale[2][kNumB];
@@ -422,15 +439,12 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     uint32_t epilogue_phase = 0;
     // K-major 128B-swizzled rows: a k32 step of E4M3 moves 32 bytes along the row.
     constexpr uint32_t kStep = 32;
-    // Whether an accumulating tile loads its c under the K loop, once its second K block is issued
-    // (the first block's wgmmas then cover the leader's wait for the previous tile's store to
-    // read staging), rather than at its store. Written 2026-12-02 without a GPU to measure it on,
-    // so a probe build only for now (benchmarks/probe_fp8.py --accumulate --variants
-    // ",DG_PROBE_EARLY_C_LOAD").
-#ifdef DG_PROBE_EARLY_C_LOAD
-    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
-#else
+    // Whether an accumulating tile loads its c under the K loop (at early_c_load_block), rather
+    // than at its store. DG_PROBE_LATE_C_LOAD: at the store (benchmarks/probe_fp8.py).
+#ifdef DG_PROBE_LATE_C_LOAD
     constexpr bool kEarlyCLoad = false;
+#else
+    constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
 #endif
     // Probe (DG_PROBE_WAVE_TURNS, 256-row tiles): the two warpgroups issue their row waves in
     // strict turns (named barriers 3 and 4), so one promotes while the other's wave runs instead
@@ -504,19 +518,18 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         auto read_scales = [&](bool last) {
             block_scales.take(scale_slots + done.stage * T::kScaleStageBytes, slot_offsets, b_rows, last);
         };
-        // kEarlyCLoad: the tile's c, brought into the epilogue's staging once under the K loop (a
-        // tile of one K block loads it just before its store). The store's column, remap included
-        // (accumulation is 1D1D only and skip-head-mid 1D2D only, but the two must agree).
-        [[maybe_unused]] bool c_loaded = false;
+        // kEarlyCLoad: the tile's c, brought into the epilogue's staging once, before the K block
+        // early_c_load_block names is issued (tiles it leaves out load it just before their
+        // store), at the store's column, remap included (accumulation is 1D1D only and skip-head-mid 1D2D only,
+        // but the two must agree).
+        [[maybe_unused]] const uint32_t c_block =
+            kEarlyCLoad ? early_c_load_block(unit.k_block_begin, unit.k_block_end) : 0;
         [[maybe_unused]] auto load_c = [&] {
-            if constexpr (kEarlyCLoad) {
-                if (!c_loaded)
-                    T::Epilogue::prefetch_accumulator(
-                        plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                        &plan.epilogue_barriers[math_wg], &tma_d,
-                        unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales));
-                c_loaded = true;
-            }
+            if constexpr (kEarlyCLoad)
+                T::Epilogue::prefetch_accumulator(
+                    plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                    &plan.epilogue_barriers[math_wg], &tma_d,
+                    unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales));
         };
         // (A stage is released once its last row wave's wgmmas are done.)
         auto promote_block = [&](float* block_partial, uint32_t wave = 0) {
@@ -527,71 +540,83 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             }
             Promotion<T>::promote(acc[wave], block_partial, n0, block_scales.current, wave);
         };
-        if constexpr (T::kOverlapPromotion) {
-            // Two partial sets: block i + 1's wgmmas are issued before block i is promoted, so they
-            // run under its FFMAs instead of leaving the tensor core idle. The K blocks go in
-            // chains of up to kPromotionChain that start and end with no wgmma in flight: with a
-            // group in flight across a loop's back edge, ptxas serializes every wgmma (C7514), so
-            // only the last promotion of each chain runs alone.
-            auto chain = [&](auto length, bool ends_tile) {
-                constexpr uint32_t kLength = decltype(length)::value;
-                issue(partial[0]);
+        // K blocks [from, to) of the tile.
+        auto run_k_blocks = [&](uint32_t from, uint32_t to) {
+            const uint32_t tile_end = unit.k_block_end;
+            if constexpr (T::kOverlapPromotion) {
+                // Two partial sets: block i + 1's wgmmas are issued before block i is promoted, so
+                // they run under its FFMAs instead of leaving the tensor core idle. The K blocks go
+                // in chains of up to kPromotionChain that start and end with no wgmma in flight:
+                // with a group in flight across a loop's back edge, ptxas serializes every wgmma
+                // (C7514), so only the last promotion of each chain runs alone.
+                auto chain = [&](auto length, bool ends_tile) {
+                    constexpr uint32_t kLength = decltype(length)::value;
+                    issue(partial[0]);
 #pragma unroll
-                for (uint32_t i = 1; i < kLength; ++i) {
-                    issue(partial[i % 2]);
-                    if (i == 1)
-                        load_c();   // the tile's first chain of two or more blocks: c's load
-                    read_scales(false);
-                    wgmma_wait_group<1>();
-                    promote_block(partial[(i - 1) % 2]);
-                }
-                read_scales(ends_tile);
-                wgmma_wait_group<0>();
-                promote_block(partial[(kLength - 1) % 2]);
-            };
-            constexpr uint32_t kChain = T::kPromotionChain;
-            const uint32_t begin = unit.k_block_begin, end = unit.k_block_end;
-            uint32_t kb = begin;
-            for (; kb + kChain <= end; kb += kChain)
-                chain(ChainLength<kChain>{}, kb + kChain == end);
-            // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of two).
-            if constexpr (kChain > 8) {
-                if (end - kb >= 8) {
-                    chain(ChainLength<8>{}, kb + 8 == end);
-                    kb += 8;
-                }
-            }
-            if constexpr (kChain > 4) {
-                if (end - kb >= 4) {
-                    chain(ChainLength<4>{}, kb + 4 == end);
-                    kb += 4;
-                }
-            }
-            if constexpr (kChain > 2) {
-                if (end - kb >= 2) {
-                    chain(ChainLength<2>{}, kb + 2 == end);
-                    kb += 2;
-                }
-            }
-            if (kb < end)
-                chain(ChainLength<1>{}, true);
-        } else {
-            for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb) {
-#pragma unroll
-                for (uint32_t wave = 0; wave < T::kRowWaves; ++wave) {
-                    issue(partial[0], wave);
-                    if (wave == 0) {
-                        if (kb == unit.k_block_begin + 1)
-                            load_c();
-                        // The scales (every wave's) are read under the first wave's wgmmas.
-                        read_scales(kb + 1 == unit.k_block_end);
+                    for (uint32_t i = 1; i < kLength; ++i) {
+                        issue(partial[i % 2]);
+                        read_scales(false);
+                        wgmma_wait_group<1>();
+                        promote_block(partial[(i - 1) % 2]);
                     }
+                    read_scales(ends_tile);
                     wgmma_wait_group<0>();
-                    promote_block(partial[0], wave);
+                    promote_block(partial[(kLength - 1) % 2]);
+                };
+                constexpr uint32_t kChain = T::kPromotionChain;
+                uint32_t kb = from;
+                for (; kb + kChain <= to; kb += kChain)
+                    chain(ChainLength<kChain>{}, kb + kChain == tile_end);
+                // The rest (fewer than kChain blocks): chains of 8, 4, 2 and 1 (kChain a power of 2).
+                if constexpr (kChain > 8) {
+                    if (to - kb >= 8) {
+                        chain(ChainLength<8>{}, kb + 8 == tile_end);
+                        kb += 8;
+                    }
+                }
+                if constexpr (kChain > 4) {
+                    if (to - kb >= 4) {
+                        chain(ChainLength<4>{}, kb + 4 == tile_end);
+                        kb += 4;
+                    }
+                }
+                if constexpr (kChain > 2) {
+                    if (to - kb >= 2) {
+                        chain(ChainLength<2>{}, kb + 2 == tile_end);
+                        kb += 2;
+                    }
+                }
+                if (kb < to)
+                    chain(ChainLength<1>{}, to == tile_end);
+            } else {
+                for (uint32_t kb = from; kb < to; ++kb) {
+#pragma unroll
+                    for (uint32_t wave = 0; wave < T::kRowWaves; ++wave) {
+                        issue(partial[0], wave);
+                        // The scales (every wave's) are read under the first wave's wgmmas.
+                        if (wave == 0)
+                            read_scales(kb + 1 == tile_end);
+                        wgmma_wait_group<0>();
+                        promote_block(partial[0], wave);
+                    }
                 }
             }
+        };
+        if constexpr (kEarlyCLoad) {
+            // Two runs of K blocks with c's load between them, outside either (one or two more
+            // chain ends a tile): with the load's code inside the K loop (a check at every block,
+            // or in every chain) the 1D1D wgrad tiles ran 7-17 % slower even where it never
+            // loaded (NOTES.md, session 24).
+#pragma unroll 1
+            for (uint32_t run = 0; run < 2; ++run) {
+                run_k_blocks(run == 0 ? unit.k_block_begin : c_block,
+                             run == 0 ? c_block : unit.k_block_end);
+                if (run == 0)
+                    load_c();
+            }
+        } else {
+            run_k_blocks(unit.k_block_begin, unit.k_block_end);
         }
-        load_c();
         // (A unit without K blocks, a grouped padding tile, stores its zeros.) Storing this tile
         // in the next tile's first chain, under its first block's wgmmas, measured slower on the
         // H200 (K=2048: 116.8 vs 106.1 us; NOTES.md) and was removed.
