@@ -36,6 +36,7 @@ import dg_triton  # noqa: E402
 from probe_ncu import profile_one_call  # noqa: E402
 from dg_triton import testing  # noqa: E402
 from dg_triton.heuristics.sm90 import make_fp8_config  # noqa: E402
+from dg_triton.reference_fp8 import dequantize_operand  # noqa: E402
 from dg_triton.kernels import sm90_fp8_gemm  # noqa: E402
 
 # wgrad shapes of API.md 8: (M = n, N = 4096, K = k)
@@ -57,13 +58,6 @@ VARIANTS = {
 }
 
 
-def dequantized(q: torch.Tensor, scales: torch.Tensor, rows_per_scale: int) -> torch.Tensor:
-    """q [R, K] E4M3 with one scale per rows_per_scale rows and 128 of K ([R', K/128])."""
-    r, k = q.shape
-    s = scales.repeat_interleave(rows_per_scale, 0)[:r].repeat_interleave(128, 1)[:, :k]
-    return q.float() * s
-
-
 def ones_like_layout(t: torch.Tensor) -> torch.Tensor:
     """All ones in t's exact strides (the TMA-aligned MN-major scale layout has padding)."""
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).fill_(1.0)
@@ -80,7 +74,8 @@ def make_call(label: str, m: int, n: int, k: int, a: torch.Tensor, b: torch.Tens
         sfa = ones_like_layout(sfa)
     if ones_b:
         sfb = ones_like_layout(sfb)
-    ref = dequantized(a_q, sfa, 1) @ dequantized(b_q, sfb, 128 if kind == "1d2d" else 1).T
+    ref = (dequantize_operand(a_q, sfa, m, 1, 128)
+           @ dequantize_operand(b_q, sfb, n, 128 if kind == "1d2d" else 1, 128).T)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16 if kind == "1d2d" else torch.float32)
     c = torch.randn(m, n, device="cuda").mul_(float(ref.abs().mean())) if accumulate else None
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())

@@ -228,10 +228,10 @@ struct SwizzledTmaStoreEpilogue {
 // before; BF16's probe build after issuing it), or `end`, at the store, for tiles of at most
 // kCLoadLead + 1 blocks. Measured on the FP8 1D1D wgrad tiles (2026-12-05, benchmarks/NOTES.md
 // session 24): 12- and 16-block tiles 7-12 % faster than with c loaded at the store, 56-block
-// tiles -0.4 to +2.9 % (the K loop stays the same code either way: the FP8 kernel runs a tile's K blocks
-// in two parts around the load, which adds one or two chain ends a tile), 4-block tiles 4 %
-// slower with c loaded after their first block (an H100); tiles of 5 to 11 blocks were not
-// timed (the cut at 6 is a guess between 4 and 12).
+// tiles -0.4 to +2.9 % (the K loop stays the same code either way: the FP8 kernel runs a tile's
+// K blocks in two parts around the load, which adds one or two chain ends a tile), 4-block
+// tiles 4 % slower with c loaded after their first block (an H100); tiles of 5 to 11 blocks
+// were not timed (the cut at 6 is a guess between 4 and 12).
 // (Constants inside functions or structs: a namespace-scope one becomes a PTX global named after
 // the source file, which changed ptxas's scheduling between builds of the same kernel.)
 __device__ __forceinline__ uint32_t early_c_load_block(uint32_t begin, uint32_t end) {

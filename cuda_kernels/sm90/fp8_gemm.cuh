@@ -520,8 +520,8 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         };
         // kEarlyCLoad: the tile's c, brought into the epilogue's staging once, before the K block
         // early_c_load_block names is issued (tiles it leaves out load it just before their
-        // store), at the store's column, remap included (accumulation is 1D1D only and skip-head-mid 1D2D only,
-        // but the two must agree).
+        // store), at the store's column, remap included (accumulation is 1D1D only and
+        // skip-head-mid 1D2D only, but the two must agree).
         [[maybe_unused]] const uint32_t c_block =
             kEarlyCLoad ? early_c_load_block(unit.k_block_begin, unit.k_block_end) : 0;
         [[maybe_unused]] auto load_c = [&] {
