@@ -11,26 +11,26 @@ own K, the groups' K rows concatenated; ``d[g] = c[g] + A_g @ B_g^T`` with an fp
   SM90's FP8 tensor cores cannot read); dg_triton has no SM100 kernel, so it raises
   NotImplementedError.
 
-Implementation (deliberately simple): ``ks_cpu`` is on the host, so each non-empty group is one
-launch of the existing dense kernels with accumulation, on the current stream -- the SM90 FP8 1D1D
-kernel (fp32 D, c) and the SM90 BF16 kernel with A and B MN-major, or on other devices and under
-the Triton interpreter the portable Triton GEMMs (dispatch.py). Group g's operands, scale factors
-and D are views into the caller's tensors (scale factors not already in the TMA-aligned MN-major
-layout are transformed once per call). Nothing reads device data on the host, so a
-call can be captured in a CUDA graph (after one warm call has compiled its kernels). ``c`` is
-copied into ``d`` once when it is not ``d``; empty groups then already hold ``d[g] = c[g]``. The cost
-against one persistent kernel over all groups: a launch per group and a wave-quantization tail
-per group; the heuristics choose each group's tile config as for a dense [M, N, k_g] problem.
+Implementation: ``ks_cpu`` is on the host. On SM90 the FP8 form is one persistent launch of the
+FP8 1D1D kernel (fp32 D, c) over the tiles of up to 16 groups at a time, each group's operand and
+D descriptors passed in the kernel's parameters (kernels/sm90_k_grouped_gemm.py), so group g + 1's
+tiles fill the SMs group g's last wave leaves idle; the BF16 form is one launch per non-empty group
+of the SM90 BF16 kernel with A and B MN-major. On other devices and under the Triton interpreter,
+the portable Triton GEMMs run once per group (dispatch.py). Operands, scale factors and D are the
+caller's tensors or views into them (scale factors not already in the TMA-aligned MN-major layout
+are transformed once per call). Nothing reads device data on the host, so a call can be captured
+in a CUDA graph (after one warm call has compiled its kernels). ``c`` is copied into ``d`` once
+when it is not ``d``; empty groups then already hold ``d[g] = c[g]``. The heuristics choose the
+FP8 tile as for a dense [M, N, mean k_g] problem, and each BF16 group's as for [M, N, k_g].
 
 Each function is validate (validation_k_grouped) -> the empty-problem rules of API.md 1.3 ->
-dispatch -> launch per group.
+dispatch -> launches.
 """
 import torch
 
 from dg_triton import dispatch, validation_k_grouped
 from dg_triton.errors import reject
-from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm
-from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmProblem
+from dg_triton.kernels import sm90_bf16_gemm, sm90_k_grouped_gemm
 from dg_triton.reference_sf_layout import is_mn_major_tma_aligned
 from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor
 from dg_triton.validation import _operand_major
@@ -85,7 +85,8 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, re
     of get_mk_alignment_for_contiguous_layout(); grouped_layout int32 [G] contiguous, the same sizes
     on the device (not read). recipe must be (1, 1, 128); no psum layout.
 
-    One launch of the dense FP8 1D1D kernel per non-empty group (module docstring)."""
+    On SM90 one launch of the k-grouped FP8 1D1D kernel per 16 non-empty groups (module
+    docstring); compiled_dims is accepted and unused there (the groups' K differ)."""
     function = "k_grouped_fp8_gemm_nt_contiguous"
     validation_k_grouped.refuse_fp8_nt_on_sm100(function)
     validation_k_grouped.fp8_recipe(function, recipe)
@@ -99,25 +100,22 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, re
     sfb = _kernel_scale_factor(function, SFB, sfb)
     if c is not d:
         d.copy_(c)
-    if backend == dispatch.PORTABLE:
-        from dg_triton.triton import gemm_portable  # imports Triton: only when used
     m, n = problem.m, problem.n
     a_flat, b_flat = a_data.view(-1), b_data.view(-1)
+    if backend != dispatch.PORTABLE:
+        key = (m, n, tuple(problem.ks), problem.device_index, sfa.stride(), sfb.stride())
+        sm90_k_grouped_gemm.run(function, a_flat, sfa, b_flat, sfb, d, m, n, list(problem.ks),
+                                list(problem.starts), key)
+        return
+    from dg_triton.triton import gemm_portable  # imports Triton: only when used
     for g, (k, start) in enumerate(zip(problem.ks, problem.starts)):
         if k == 0:
             continue
         a_g = a_flat[m * start:m * (start + k)].view(m, k)
         b_g = b_flat[n * start:n * (start + k)].view(n, k)
         sf_columns = slice(start // FP8_GRAN_K, (start + k) // FP8_GRAN_K)
-        sfa_g, sfb_g, d_g = sfa[:, sf_columns], sfb[:, sf_columns], d[g]
-        if backend == dispatch.PORTABLE:
-            gemm_portable.fp8_gemm(function, a_g, sfa_g, b_g, sfb_g, d_g, KIND_1D1D, True)
-            continue
-        # The key the dense path builds for the same [M, N, k_g] problem (fp8_gemm._launch).
-        group_problem = Fp8GemmProblem(m, n, k, KIND_1D1D, problem.device_index, None,
-                                       (d.dtype, a_g.stride(), b_g.stride(), d_g.stride(), sfa_g.stride(),
-                                        sfb_g.stride()))
-        sm90_fp8_gemm.run(function, a_g, sfa_g, b_g, sfb_g, d_g, group_problem, True, compiled_dims)
+        gemm_portable.fp8_gemm(function, a_g, sfa[:, sf_columns], b_g, sfb[:, sf_columns], d[g],
+                               KIND_1D1D, True)
 
 
 def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128),

@@ -1,6 +1,6 @@
-"""K-grouped GEMMs on an SM90 GPU (dg_triton/k_grouped.py: one launch of the dense SM90 FP8 1D1D or
-BF16 kernel per non-empty group) against dg_triton.reference_k_grouped, per group, with API.md 8's
-thresholds: FP8 calc_diff < 1e-3, BF16 < 1e-5.
+"""K-grouped GEMMs on an SM90 GPU (dg_triton/k_grouped.py: the k-grouped FP8 1D1D kernel over up to
+16 groups a launch, the dense BF16 kernel once per non-empty group) against
+dg_triton.reference_k_grouped, per group, with API.md 8's thresholds: FP8 calc_diff < 1e-3, BF16 < 1e-5.
 
 - Shapes: API.md 8's k-grouped list (tests/shapes.py), k_g = max(1, int(expected * U(0.7, 1.3)))
   aligned up to 128; c = randn * 32 accumulated in place (c is d), as upstream's tests do.
@@ -16,6 +16,8 @@ thresholds: FP8 calc_diff < 1e-3, BF16 < 1e-5.
 - A call captured in a CUDA graph replays on new inputs written into the same tensors.
 - M / N tails and 128-row groups, on the SM90 kernels and on the portable Triton path
   (DG_BACKEND=triton) on the same GPU.
+- FP8 over more groups than one launch takes, empty groups at and around the launches' seams; and
+  a second call of the same problem on other buffers (the launch parameters are cached by address).
 """
 import random
 
@@ -176,6 +178,21 @@ def test_fp8_nt_tails_on_both_paths(monkeypatch, ks, m, n, backend, c_is_d):
 def test_bf16_tn_tails_on_both_paths(monkeypatch, ks, m, n, backend, c_is_d):
     monkeypatch.setenv("DG_BACKEND", backend)
     run_bf16(ks, m, n, c_is_d)
+
+
+# ---- several launches, other buffers ---------------------------------------------------------------------
+
+def test_fp8_nt_over_several_launches_with_empty_groups_at_their_seams():
+    """40 groups, 36 non-empty: launches of groups 1-16, 19-34 and 35-38; empty groups first,
+    between the first two launches and last; M and N tails; c separate, d poisoned."""
+    ks = group_ks(40, 256, empty=(0, 17, 18, 39))
+    run_fp8(ks, 264, 136, c_is_d=False)
+
+
+def test_fp8_nt_same_problem_on_other_buffers():
+    ks = group_ks(5, 512, empty=(3,))
+    for _ in range(2):   # fresh tensors each time: new addresses, same plan
+        run_fp8(ks, 1024, 2048, c_is_d=False)
 
 
 # ---- CUDA graphs -----------------------------------------------------------------------------------------

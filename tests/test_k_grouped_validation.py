@@ -4,10 +4,12 @@ validation_k_grouped.py; API.md 1.3, 2.3, 3.6, 4), on CPU tensors.
 This host has no GPU, so the checks take the SM90 rules (k_g % 128, no psum layout, recipe
 (1, 1, 128)). Every rejection is a DGArgumentError whose message starts "{fn}: {argument} must be".
 A call that passes the checks reaches dispatch, which has no CPU kernel without the interpreter and
-raises NotImplementedError. With dispatch patched to answer SM90, it reaches the dense kernels'
-launch layer (sm90_fp8_gemm.run / sm90_bf16_gemm.run, recorded here) once per non-empty group; the
-recorded arguments are compared with what the dense public path builds for the same [M, N, k_g]
-problem. Empty problems reach neither. SM100 is faked through settings.current_arch_major.
+raises NotImplementedError. With dispatch patched to answer SM90, the FP8 form reaches the k-grouped
+kernel's launch layer (sm90_k_grouped_gemm.run) once with every group, the BF16 form the dense
+kernel's (sm90_bf16_gemm.run) once per non-empty group (both recorded here); the recorded
+arguments are checked against the caller's buffers and, for BF16, against what the dense public
+path builds for the same [M, N, k_g] problem. Empty problems reach neither. SM100 is faked through
+settings.current_arch_major.
 """
 import inspect
 
@@ -15,9 +17,9 @@ import pytest
 import torch
 
 import dg_triton
-from dg_triton import dispatch, settings, validation, validation_fp8
+from dg_triton import dispatch, settings, validation
 from dg_triton.errors import DGArgumentError
-from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm
+from dg_triton.kernels import sm90_bf16_gemm, sm90_k_grouped_gemm
 from dg_triton.reference_k_grouped import k_grouped_nt_operand, k_grouped_starts
 from dg_triton.utils import layout as mk_layout
 from dg_triton.utils.math import align
@@ -105,17 +107,17 @@ def misaligned(t, offset_elements=1):
 
 @pytest.fixture
 def kernel_runs(monkeypatch):
-    """Dispatch answers SM90; the dense launch layers record their calls (with d's group content
-    at launch time: c must already be in it)."""
+    """Dispatch answers SM90; the launch layers record their calls (with d's content at launch
+    time: c must already be in it)."""
     runs = []
     monkeypatch.setattr(dispatch, "backend", lambda function, device, available: dispatch.SM90)
 
-    def fp8_run(function, a, sfa, b, sfb, d, problem, accumulate, compiled_dims, *rest):
-        runs.append(("fp8", function, a, sfa, b, sfb, d, d.clone(), problem, accumulate, compiled_dims, rest))
+    def fp8_run(function, a_flat, sfa, b_flat, sfb, d, m, n, ks, starts, key):
+        runs.append(("fp8", function, a_flat, sfa, b_flat, sfb, d, d.clone(), m, n, ks, starts, key))
 
     def bf16_run(function, a, b, d, problem, addresses, accumulate, compiled_dims, *rest):
         runs.append(("bf16", function, a, b, d, d.clone(), problem, addresses, accumulate, compiled_dims, rest))
-    monkeypatch.setattr(sm90_fp8_gemm, "run", fp8_run)
+    monkeypatch.setattr(sm90_k_grouped_gemm, "run", fp8_run)
     monkeypatch.setattr(sm90_bf16_gemm, "run", bf16_run)
     return runs
 
@@ -125,7 +127,7 @@ def no_kernel(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("an empty problem reached dispatch or a kernel")
     monkeypatch.setattr(dispatch, "backend", forbidden)
-    monkeypatch.setattr(sm90_fp8_gemm, "run", forbidden)
+    monkeypatch.setattr(sm90_k_grouped_gemm, "run", forbidden)
     monkeypatch.setattr(sm90_bf16_gemm, "run", forbidden)
 
 
@@ -228,31 +230,24 @@ def test_scale_factors_of_an_empty_problem_are_not_read(no_kernel):
 # --- what reaches the dense kernels, per group ------------------------------------------------------------
 
 @pytest.mark.parametrize("c_is_d", [False, True])
-def test_fp8_launches_the_dense_1d1d_kernel_once_per_non_empty_group(kernel_runs, c_is_d):
+def test_fp8_launches_the_k_grouped_kernel_once_with_every_group(kernel_runs, c_is_d):
     kwargs = fp8_args(c_is_d=c_is_d)
     (a, sfa), (b, sfb), d, c = kwargs["a"], kwargs["b"], kwargs["d"], kwargs["c"]
     c_values = c.clone()
     call(FP8_NT, **kwargs, compiled_dims="mnk")
-    launched = [g for g, k in enumerate(KS) if k]
-    assert len(kernel_runs) == len(launched)
-    for g, run in zip(launched, kernel_runs):
-        kind, function, a_g, sfa_g, b_g, sfb_g, d_g, d_at_launch, problem, accumulate, compiled_dims, rest = run
-        k, start = KS[g], k_grouped_starts(KS)[g]
-        assert (kind, function, accumulate, compiled_dims, rest) == ("fp8", FP8_NT, True, "mnk", ())
-        # Views into the caller's buffers: group g's row-major blocks, its SF columns, d[g].
-        assert a_g.shape == (M, k) and a_g.data_ptr() == a.data_ptr() + M * start
-        assert torch.equal(a_g.view(torch.uint8), a[M * start:M * (start + k)].view(torch.uint8).view(M, k))
-        assert b_g.shape == (N, k) and b_g.data_ptr() == b.data_ptr() + N * start
-        assert d_g.data_ptr() == d[g].data_ptr() and d_g.shape == (M, N)
-        assert torch.equal(d_at_launch, c_values[g]), "c was not in d before the accumulating launch"
-        columns = slice(start // 128, (start + k) // 128)
-        for sf_g, sf, mn in ((sfa_g, sfa, M), (sfb_g, sfb, N)):
-            assert sf_g.stride() == (1, align(mn, 4)) and sf_g.data_ptr() % 16 == 0
-            assert torch.equal(sf_g, sf[:, columns])
-        # The dense path's key for the same problem (fp8_gemm._launch).
-        ops = validation_fp8.operands(FP8_NT, validation_fp8.SM90_RULES, (a_g, sfa_g), (b_g, sfb_g), d_g, d_g)
-        assert problem == sm90_fp8_gemm.Fp8GemmProblem(M, N, k, "1d1d", -1, None,
-                                                       ops.layout + (sfa_g.stride(), sfb_g.stride()))
+    assert len(kernel_runs) == 1
+    kind, function, a_flat, sfa_k, b_flat, sfb_k, d_k, d_at_launch, m, n, ks, starts, key = kernel_runs[0]
+    assert (kind, function, m, n, ks, starts) == ("fp8", FP8_NT, M, N, KS, k_grouped_starts(KS))
+    # The caller's buffers, flat, and d itself holding c (the kernel accumulates into it).
+    assert a_flat.shape == (SUM_K * M,) and a_flat.data_ptr() == a.data_ptr()
+    assert b_flat.shape == (SUM_K * N,) and b_flat.data_ptr() == b.data_ptr()
+    assert d_k is d and torch.equal(d_at_launch, c_values), "c was not in d before the accumulating launch"
+    # The SFs in the TMA-aligned MN-major layout, all groups' K blocks.
+    for sf_k, sf, mn in ((sfa_k, sfa, M), (sfb_k, sfb, N)):
+        assert sf_k.stride() == (1, align(mn, 4)) and sf_k.data_ptr() % 16 == 0
+        assert torch.equal(sf_k, sf)
+    # The plan key names everything the plan is built from.
+    assert key == (M, N, tuple(KS), -1, sfa_k.stride(), sfb_k.stride())
     assert torch.equal(d[1], c_values[1]), "the empty group's d is not c"
 
 
@@ -262,8 +257,7 @@ def test_fp8_sfs_already_in_the_kernel_layout_are_read_in_place(kernel_runs):
     sfa, sfb = dg_triton.get_mn_major_tma_aligned_tensor(sfa), dg_triton.get_mn_major_tma_aligned_tensor(sfb)
     kwargs["a"], kwargs["b"] = (a, sfa), (b, sfb)
     call(FP8_NT, **kwargs)
-    assert kernel_runs[0][3].data_ptr() == sfa.data_ptr() and kernel_runs[0][5].data_ptr() == sfb.data_ptr()
-    assert kernel_runs[1][3].data_ptr() == sfa.data_ptr() + 4 * sfa.stride(1)
+    assert kernel_runs[0][3] is sfa and kernel_runs[0][5] is sfb
 
 
 def test_fp8_misaligned_sf_in_the_kernel_layout_is_rejected(kernel_runs):

@@ -50,7 +50,10 @@ template <> struct OutputPair<__nv_bfloat16> {
 
 // kMaxChunkSlabs: the most slabs a chunk may stage at once, from the shared memory the traits'
 // pipeline leaves (a ring deeper than the default staging allows; the default otherwise).
-template <typename OutT, uint32_t kBlockN, bool kAccumulate, uint32_t kMaxChunkSlabs = 0xffffffffu>
+// kWholeRowsForC: an accumulating tile stages whole rows where that room holds them (the FP8
+// kernel, whose early c load, prefetch_accumulator, brings the first chunk only).
+template <typename OutT, uint32_t kBlockN, bool kAccumulate, uint32_t kMaxChunkSlabs = 0xffffffffu,
+          bool kWholeRowsForC = false>
 struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kRows = 64;  // one warpgroup's wgmma M
     static constexpr uint32_t kRowBytes = kBlockN * sizeof(OutT);
@@ -63,11 +66,17 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr uint32_t kSlabBytes = kRows * kSwizzleBytes;
     // Rows wider than 256 bytes (with an even slab count) are staged half at a time: the staging
     // buffer shrinks by half, which buys the widest tiles one more pipeline stage (128x256 BF16:
-    // 3 -> 4). A deeper ring than that leaves room for narrows the chunks to kMaxChunkSlabs slabs
-    // (the last chunk takes the rest), e.g. 128x144 BF16 at 6 stages: 80 columns, then 64.
-    // Mirrored by heuristics.sm90.epilogue_staging_cols / epilogue_chunk_cols.
+    // 3 -> 4). With kWholeRowsForC an accumulating tile stages whole rows where the ring leaves
+    // room for them: an early c load (prefetch_accumulator) brings only the first chunk, the rest
+    // waits for the store (k-grouped FP8 at 128x128 4 stages, whole rows, ran 6-8 % faster than
+    // with half rows at 4 or 5 stages on an H100; NOTES.md, session 25). A deeper ring than
+    // that leaves room for narrows the chunks to kMaxChunkSlabs slabs (the last chunk takes the
+    // rest), e.g. 128x144 BF16 at 6 stages: 80 columns, then 64. Mirrored by
+    // heuristics.sm90.epilogue_staging_cols / epilogue_chunk_cols.
     static constexpr uint32_t kDefaultChunkSlabs =
-        (kRowBytes > 256 && kNumSlabs % 2 == 0) ? kNumSlabs / 2 : kNumSlabs;
+        (kRowBytes > 256 && kNumSlabs % 2 == 0 &&
+         !(kWholeRowsForC && kAccumulate && kMaxChunkSlabs >= kNumSlabs))
+            ? kNumSlabs / 2 : kNumSlabs;
     static constexpr uint32_t kChunkSlabs =
         kDefaultChunkSlabs < kMaxChunkSlabs ? kDefaultChunkSlabs : kMaxChunkSlabs;
     static_assert(kChunkSlabs >= 1, "no room for one slab of staging");
@@ -231,11 +240,21 @@ struct SwizzledTmaStoreEpilogue {
 // tiles -0.4 to +2.9 % (the K loop stays the same code either way: the FP8 kernel runs a tile's
 // K blocks in two parts around the load, which adds one or two chain ends a tile), 4-block
 // tiles 4 % slower with c loaded after their first block (an H100); tiles of 5 to 11 blocks
-// were not timed (the cut at 6 is a guess between 4 and 12).
+// were not timed (the cut at 6 is a guess between 4 and 12). Longer leads (probe builds
+// DG_PROBE_C_LOAD_LEAD_6/8/12) ran 0-8 % slower than 4 on the k-grouped shapes' 12-80-block
+// tiles, where the c/D traffic is largest (one H100 run, session 25).
 // (Constants inside functions or structs: a namespace-scope one becomes a PTX global named after
 // the source file, which changed ptxas's scheduling between builds of the same kernel.)
 __device__ __forceinline__ uint32_t early_c_load_block(uint32_t begin, uint32_t end) {
+#if defined(DG_PROBE_C_LOAD_LEAD_6)   // probe builds (benchmarks/probe_k_grouped.py) only
+    constexpr uint32_t kCLoadLead = 6;
+#elif defined(DG_PROBE_C_LOAD_LEAD_8)
+    constexpr uint32_t kCLoadLead = 8;
+#elif defined(DG_PROBE_C_LOAD_LEAD_12)
+    constexpr uint32_t kCLoadLead = 12;
+#else
     constexpr uint32_t kCLoadLead = 4;
+#endif
     return end - begin > kCLoadLead + 1 ? end - kCLoadLead : end;
 }
 

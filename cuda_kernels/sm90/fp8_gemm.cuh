@@ -99,7 +99,8 @@ struct Fp8GemmTraits {
         kNumMathWarpgroups * 4 + 1024;
     using Epilogue = SwizzledTmaStoreEpilogue<
         OutT, kBlockN, kAccumulate,
-        kSplitK ? 0xffffffffu : staging_room_slabs<OutT, kBlockN>(kNonStagingBytes, kNumRowSlices)>;
+        kSplitK ? 0xffffffffu : staging_room_slabs<OutT, kBlockN>(kNonStagingBytes, kNumRowSlices),
+        /*kWholeRowsForC=*/true>;
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kNumMathWarpgroups, kAccumulate>;
     using Mma = WgmmaFp8<kBlockN>;
 
@@ -186,6 +187,9 @@ struct Fp8ScaleArguments {
 // The group of a unit (0 for the dense scheduler's units).
 __device__ __forceinline__ uint32_t unit_group(const WorkUnit&) { return 0; }
 __device__ __forceinline__ uint32_t unit_group(const GroupedWorkUnit& unit) { return unit.group; }
+// Where a unit's K block 0 sits in the scale descriptors' K blocks: 0, but for a k-grouped unit
+// its group's first K block (scheduler_k_grouped.cuh).
+__device__ __forceinline__ uint32_t scale_k_block_origin(const WorkUnit&) { return 0; }
 
 // Split-K and stream-K arguments: as the BF16 kernel's SplitKArguments (bf16_gemm.cuh).
 struct Fp8SplitArguments {
@@ -211,10 +215,11 @@ struct ScaleTileLoads {
     __device__ __forceinline__ void operator()(uint32_t stage, uint64_t* full, const Unit& unit,
                                                uint32_t k_block) const {
         uint8_t* slot = scales + stage * T::kScaleStageBytes;
+        const uint32_t scale_k_block = scale_k_block_origin(unit) + k_block;
         tma_load_2d(slot, tma_sfa, full, unit.m_block * T::kBlockM,
-                    unit_group(unit) * sfa_group_rows + k_block);
+                    unit_group(unit) * sfa_group_rows + scale_k_block);
         if constexpr (T::kScaleBPerColumn)
-            tma_load_2d(slot + T::kScaleABytes, tma_sfb, full, unit.n_block * T::kBlockN, k_block);
+            tma_load_2d(slot + T::kScaleABytes, tma_sfb, full, unit.n_block * T::kBlockN, scale_k_block);
     }
 };
 
@@ -528,7 +533,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             if constexpr (kEarlyCLoad)
                 T::Epilogue::prefetch_accumulator(
                     plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                    &plan.epilogue_barriers[math_wg], &tma_d,
+                    &plan.epilogue_barriers[math_wg], unit_tma_d(tma_d, unit),
                     unit.m_block * T::kBlockM + math_wg * 64, skip_head_mid_column(n0, scales));
         };
         // (A stage is released once its last row wave's wgmmas are done.)
@@ -652,7 +657,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 const uint32_t slice = math_wg * T::kRowWaves + wave;
                 T::Epilogue::template store<kEarlyCLoad, T::kRowWaves - 1>(
                     acc[wave], plan.staging + slice * T::Epilogue::kBytesPerWarpgroup,
-                    &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
+                    &plan.epilogue_barriers[math_wg], epilogue_phase, unit_tma_d(tma_d, unit),
                     unit.m_block * T::kBlockM + slice * 64, skip_head_mid_column(n0, scales),
                     /*barrier_id=*/1 + math_wg);
             }

@@ -115,9 +115,21 @@ struct NoStageExtras {
     __device__ __forceinline__ void operator()(uint32_t, uint64_t*, const WorkUnit&, uint32_t) const {}
 };
 
-// `Sched` is Scheduler<T> or a grouped scheduler (scheduler_grouped.cuh): it hands out the units
-// and says where their tiles start in A's and B's descriptors. A unit without K blocks (a grouped
-// padding tile) loads nothing.
+// Which descriptors a unit's tiles are read from and stored through: the kernel's own for every
+// unit but a k-grouped one (scheduler_k_grouped.cuh), whose group has its own.
+__device__ __forceinline__ const TmaDescriptor* unit_tma_a(const TmaDescriptor& tma_a, const WorkUnit&) {
+    return &tma_a;
+}
+__device__ __forceinline__ const TmaDescriptor* unit_tma_b(const TmaDescriptor& tma_b, const WorkUnit&) {
+    return &tma_b;
+}
+__device__ __forceinline__ const TmaDescriptor* unit_tma_d(const TmaDescriptor& tma_d, const WorkUnit&) {
+    return &tma_d;
+}
+
+// `Sched` is Scheduler<T> or a grouped scheduler (scheduler_grouped.cuh, scheduler_k_grouped.cuh):
+// it hands out the units and says where their tiles start in A's and B's descriptors. A unit
+// without K blocks (a grouped padding tile) loads nothing.
 template <class T, class Sched, class StageExtras = NoStageExtras>
 __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                         Sched scheduler, uint64_t* full, uint64_t* empty,
@@ -132,9 +144,9 @@ __device__ __forceinline__ void produce(const TmaDescriptor& tma_a, const TmaDes
             mbarrier_wait(&empty[pipe.stage], pipe.phase ^ 1);
             mbarrier_arrive_expect_tx(&full[pipe.stage], T::kStageBytes);
             const uint32_t k0 = kb * T::kBlockK;
-            load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, tma_a, &full[pipe.stage],
+            load_a_tile<T>(tiles_a + pipe.stage * T::kTileABytes, *unit_tma_a(tma_a, unit), &full[pipe.stage],
                            scheduler.a_row(unit), k0, cluster_rank);
-            load_b_tile<T>(tiles_b + pipe.stage * T::kTileBBytes, tma_b, &full[pipe.stage],
+            load_b_tile<T>(tiles_b + pipe.stage * T::kTileBBytes, *unit_tma_b(tma_b, unit), &full[pipe.stage],
                            scheduler.b_row(unit), scheduler.b_k_offset(unit) + k0, cluster_rank);
             extras(pipe.stage, &full[pipe.stage], unit, kb);
             pipe.advance<T::kNumStages>();

@@ -69,14 +69,17 @@ def epilogue_swizzle_bytes(block_n: int, out_bytes: int) -> int:
     return 128 if row % 128 == 0 else 64 if row % 64 == 0 else 32
 
 
-def epilogue_staging_cols(block_n: int, out_bytes: int, max_chunk_slabs: int | None = None) -> int:
+def epilogue_staging_cols(block_n: int, out_bytes: int, max_chunk_slabs: int | None = None,
+                          accumulate: bool = False) -> int:
     """Mirrors SwizzledTmaStoreEpilogue::kChunkCols: rows wider than 256 bytes with an even number
-    of swizzle slabs are staged half at a time; `max_chunk_slabs` (the room a deep ring leaves)
-    narrows the chunks further, to at least one slab."""
+    of swizzle slabs are staged half at a time, unless `accumulate` (an FP8 tile reading c: the
+    FP8 kernel's kWholeRowsForC) and `max_chunk_slabs` (the room the ring leaves; None: unlimited)
+    holds whole rows; that room narrows the chunks further, to at least one slab."""
     row = block_n * out_bytes
     slab_cols = epilogue_swizzle_bytes(block_n, out_bytes) // out_bytes
     slabs = block_n // slab_cols
-    chunk = slabs // 2 if row > 256 and slabs % 2 == 0 else slabs
+    whole_rows = accumulate and (max_chunk_slabs is None or max_chunk_slabs >= slabs)
+    chunk = slabs // 2 if row > 256 and slabs % 2 == 0 and not whole_rows else slabs
     if max_chunk_slabs is not None:
         chunk = max(1, min(chunk, max_chunk_slabs))
     return chunk * slab_cols
@@ -92,23 +95,28 @@ def _non_staging_shared_memory(block_m: int, block_n: int, num_stages: int,
 
 
 def epilogue_chunk_cols(block_m: int, block_n: int, num_stages: int, out_bytes: int,
-                        extra_stage_bytes: int = 0) -> int:
+                        extra_stage_bytes: int = 0, accumulate: bool = False) -> int:
     """Columns the epilogue stages at once beside a ring of `num_stages` (mirrors the traits'
-    kMaxChunkSlabs): its default chunks where they fit, else as many whole slabs as fit."""
+    kMaxChunkSlabs): its default chunks where they fit (whole rows for an accumulating tile
+    where those fit), else as many whole slabs as fit."""
     slab_bytes = 64 * epilogue_swizzle_bytes(block_n, out_bytes)   # one 64-row slice's slab
     room = SMEM_LIMIT - _non_staging_shared_memory(block_m, block_n, num_stages, extra_stage_bytes)
-    return epilogue_staging_cols(block_n, out_bytes, max(0, room) // (block_m // 64 * slab_bytes))
+    return epilogue_staging_cols(block_n, out_bytes, max(0, room) // (block_m // 64 * slab_bytes),
+                                 accumulate)
 
 
 def bf16_gemm_shared_memory(block_m: int, block_n: int, num_stages: int, out_bytes: int,
-                            split_k: bool = False, extra_stage_bytes: int = 0) -> int:
+                            split_k: bool = False, extra_stage_bytes: int = 0,
+                            accumulate: bool = False) -> int:
     """Bytes of dynamic shared memory the kernel asks for (mirrors Bf16GemmTraits::kSmemBytes;
-    `extra_stage_bytes`: a family's per-stage extras, e.g. the FP8 kernel's scales)."""
+    `extra_stage_bytes`: a family's per-stage extras, e.g. the FP8 kernel's scales; `accumulate`:
+    an FP8 tile reads c, which may widen its staging, epilogue_staging_cols)."""
     non_staging = _non_staging_shared_memory(block_m, block_n, num_stages, extra_stage_bytes)
     if split_k:   # split-K reduces through global memory: no staging
         return non_staging
     return non_staging + block_m * out_bytes * epilogue_chunk_cols(block_m, block_n, num_stages,
-                                                                   out_bytes, extra_stage_bytes)
+                                                                   out_bytes, extra_stage_bytes,
+                                                                   accumulate)
 
 
 def max_stages(block_m: int, block_n: int, out_bytes: int, split_k: bool = False,
@@ -575,11 +583,12 @@ def fp8_scale_stage_bytes(kind: str, block_m: int, block_n: int) -> int:
 
 
 def fp8_gemm_shared_memory(kind: str, block_m: int, block_n: int, num_stages: int,
-                           out_bytes: int, split_k: bool = False) -> int:
+                           out_bytes: int, split_k: bool = False, accumulate: bool = False) -> int:
     """Mirrors Fp8GemmTraits::kSmemBytes: the BF16 plan (a 128-wide FP8 K block has the bytes of a
     64-wide BF16 one) plus the stages' scales."""
     return bf16_gemm_shared_memory(block_m, block_n, num_stages, out_bytes, split_k,
-                                   extra_stage_bytes=fp8_scale_stage_bytes(kind, block_m, block_n))
+                                   extra_stage_bytes=fp8_scale_stage_bytes(kind, block_m, block_n),
+                                   accumulate=accumulate)
 
 
 def make_fp8_config(kind: str, m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,

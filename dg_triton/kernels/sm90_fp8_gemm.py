@@ -104,7 +104,7 @@ class Fp8GemmKernelSpec:
         c = self.config
         return fp8_gemm_shared_memory("1d1d" if self.scale_b_per_column else "1d2d", c.block_m,
                                       c.block_n, c.num_stages, torch.finfo(self.out_dtype).bits // 8,
-                                      self.split_k)
+                                      self.split_k, self.accumulate)
 
     def source(self) -> str:
         c = self.config

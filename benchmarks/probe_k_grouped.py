@@ -1,0 +1,153 @@
+"""Probe: the k-grouped FP8 GEMM as one persistent launch over the groups (the shipped path,
+dg_triton.k_grouped_fp8_gemm_nt_contiguous) against one launch of the dense FP8 1D1D kernel per
+group (the path before it, rebuilt here from sm90_fp8_gemm.run), on bench_grouped.py's k-grouped
+shapes, with the dense GEMM at equal total K as the common yardstick. Timed in alternation, each
+round starting one further along the list (CUDA-graph replays, bench_graph's method), d = c
+accumulating; medians of the rounds.
+
+Checks before timing: the shipped path against the reference (calc_diff < 1e-3), and, with the
+per-group launches forced to the shipped tile config, the two paths bit for bit (same tiles, same
+K-block order, so the same sums). --variants adds one-launch probe builds (kernel macros, e.g.
+DG_PROBE_C_LOAD_LEAD_8), each also bit for bit equal to the shipped build.
+
+    python benchmarks/probe_k_grouped.py [--shapes 16x4096x7168x2048,...] [--rounds 5] [--variants A,B+C]
+"""
+import argparse
+import dataclasses
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import dg_triton  # noqa: E402
+from dg_triton import reference_k_grouped, testing  # noqa: E402
+from dg_triton.heuristics.sm90 import make_fp8_config  # noqa: E402
+from dg_triton.kernels import sm90_fp8_gemm, sm90_k_grouped_gemm  # noqa: E402
+from dg_triton.reference_k_grouped import k_grouped_starts  # noqa: E402
+from dg_triton.utils.math import align  # noqa: E402
+
+SHAPES = [(4, 4096, 7168, 8192), (4, 7168, 2048, 8192), (8, 4096, 7168, 4096), (8, 7168, 2048, 4096),
+          (16, 4096, 7168, 2048), (16, 7168, 2048, 2048)]
+
+
+def per_group_launches(a_fp8, b_fp8, d, ks, m, n, config=None):
+    """The earlier k_grouped.py FP8 path: one dense 1D1D launch per non-empty group (d holds c)."""
+    (a, sfa), (b, sfb) = a_fp8, b_fp8
+    sfa, sfb = dg_triton.get_mn_major_tma_aligned_tensor(sfa), dg_triton.get_mn_major_tma_aligned_tensor(sfb)
+    a_flat, b_flat = a.view(-1), b.view(-1)
+    calls = []
+    for g, (k, start) in enumerate(zip(ks, k_grouped_starts(ks))):
+        if k == 0:
+            continue
+        a_g = a_flat[m * start:m * (start + k)].view(m, k)
+        b_g = b_flat[n * start:n * (start + k)].view(n, k)
+        columns = slice(start // 128, (start + k) // 128)
+        sfa_g, sfb_g, d_g = sfa[:, columns], sfb[:, columns], d[g]
+        problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d1d", d.device.index, None,
+                                               (d.dtype, a_g.stride(), b_g.stride(), d_g.stride(),
+                                                sfa_g.stride(), sfb_g.stride()))
+        calls.append((a_g, sfa_g, b_g, sfb_g, d_g, problem))
+
+    def run():
+        for a_g, sfa_g, b_g, sfb_g, d_g, problem in calls:
+            sm90_fp8_gemm.run("probe", a_g, sfa_g, b_g, sfb_g, d_g, problem, True, "mn", config)
+    return run
+
+
+def probe_launch(a_fp8, b_fp8, d, ks, m, n, variant):
+    """The shipped one-launch call (k_grouped.py's arguments) of a probe build: `variant` holds
+    kernel macros and at most one forced tile "cfg=<block_m>x<block_n>s<stages>"."""
+    (a, sfa), (b, sfb) = a_fp8, b_fp8
+    sfa, sfb = dg_triton.get_mn_major_tma_aligned_tensor(sfa), dg_triton.get_mn_major_tma_aligned_tensor(sfb)
+    key = (m, n, tuple(ks), d.device.index, sfa.stride(), sfb.stride())
+    defines = tuple(v for v in variant if not v.startswith("cfg="))
+    config = None
+    for v in variant:
+        if v.startswith("cfg="):
+            block_m, rest = v[4:].split("x")
+            block_n, stages = (int(x) for x in rest.split("s"))
+            base = make_fp8_config("1d1d", m, n, int(block_m), block_n, 1, 2048, 4, 132)
+            tiles = -(-m // base.block_m) * -(-n // base.block_n)
+            config = dataclasses.replace(base, num_stages=stages,
+                                         num_sms=min(132, tiles * min(sum(k > 0 for k in ks), 16)))
+    return lambda: sm90_k_grouped_gemm.run("probe", a.view(-1), sfa, b.view(-1), sfb, d, m, n, list(ks),
+                                           k_grouped_starts(ks), key, config, defines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                        help="comma-separated GxMxNxexpected_k")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", default="", help="comma-separated macro sets ('+' joins macros; "
+                        "cfg=128x128s4 forces a tile)")
+    args = parser.parse_args()
+    variants = [tuple(v for v in group.split("+") if v) for group in args.variants.split(",") if group]
+    random.seed(0)
+    rows = ["| groups x M x N x exp. K | sum K | config | one launch us | per group us | dense us | "
+            "one launch vs dense | per group vs dense | one launch speed-up |"
+            + "".join(f" {'+'.join(v)} us (vs dense) |" for v in variants), "|---" * (9 + len(variants)) + "|"]
+    for shape in args.shapes.split(","):
+        num_groups, m, n, expected_k = (int(x) for x in shape.split("x"))
+        ks = [align(max(1, int(expected_k * random.uniform(0.7, 1.3))), 128) for _ in range(num_groups)]
+        sum_k = sum(ks)
+        a = torch.randn(sum_k, m, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(sum_k, n, dtype=torch.bfloat16, device="cuda")
+        a_fp8 = reference_k_grouped.k_grouped_nt_operand(*dg_triton.per_channel_cast_to_fp8(a, False), ks)
+        b_fp8 = reference_k_grouped.k_grouped_nt_operand(*dg_triton.per_channel_cast_to_fp8(b, False), ks)
+        c = torch.randn(num_groups, m, n, device="cuda").mul_(32)
+        layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
+        d_one, d_per = c.clone(), c.clone()
+        one = lambda: dg_triton.k_grouped_fp8_gemm_nt_contiguous(a_fp8, b_fp8, d_one, ks, layout, c=d_one)  # noqa: E731
+        one()
+        torch.cuda.synchronize()
+        expected = reference_k_grouped.k_grouped_bf16_tn_reference(a, b, c, ks)
+        diff = max(float(testing.calc_diff(d_one[g], expected[g])) for g in range(num_groups) if ks[g])
+        assert torch.isfinite(d_one).all() and diff < 1e-3, f"{shape}: calc_diff {diff}"
+        del expected
+        plan = next(p for key, p in sm90_k_grouped_gemm._plans.items()
+                    if key[0][:3] == (m, n, tuple(ks)) and key[2:] == (None, ()))
+        config = plan.spec.config
+        forced = per_group_launches(a_fp8, b_fp8, d_per, ks, m, n, config)
+        forced()
+        torch.cuda.synchronize()
+        assert torch.equal(d_one, d_per), f"{shape}: one launch and per-group launches differ"
+        per_group = per_group_launches(a_fp8, b_fp8, d_per, ks, m, n)   # the heuristics' per-group tiles
+        a_dense = dg_triton.per_token_cast_to_fp8(torch.randn(m, sum_k, dtype=torch.bfloat16, device="cuda"),
+                                                  False, tma_aligned_sf=True)
+        b_dense = dg_triton.per_token_cast_to_fp8(torch.randn(n, sum_k, dtype=torch.bfloat16, device="cuda"),
+                                                  False, tma_aligned_sf=True)
+        d_dense = torch.randn(m, n, device="cuda")
+        dense = lambda: dg_triton.fp8_gemm_nt(a_dense, b_dense, d_dense, c=d_dense, recipe=(1, 1, 128))  # noqa: E731
+        fns = {"one": one, "per": per_group, "dense": dense}
+        for defines in variants:
+            d_variant = c.clone()
+            fns[defines] = probe_launch(a_fp8, b_fp8, d_variant, ks, m, n, defines)
+            fns[defines]()
+            torch.cuda.synchronize()
+            assert torch.equal(d_variant, d_one), f"{shape} {defines}: differs from the shipped build"
+        times = {name: [] for name in fns}
+        order = list(fns)
+        for r in range(args.rounds):   # each round starts one further on: no variant always runs first
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                times[name].append(testing.bench_graph(fns[name]))
+        t = {name: statistics.median(v) for name, v in times.items()}
+        rows.append(f"| {num_groups}x{m}x{n}x{expected_k} | {sum_k} | {config.block_m}x{config.block_n}s{config.num_stages} "
+                    f"| {t['one']:.1f} | {t['per']:.1f} | {t['dense']:.1f} | {t['dense'] / t['one']:.3f} "
+                    f"| {t['dense'] / t['per']:.3f} | {t['per'] / t['one']:.3f} |"
+                    + "".join(f" {t[v]:.1f} ({t['dense'] / t[v]:.3f}) |" for v in variants))
+        print(rows[-1], flush=True)
+        del a, b, a_fp8, b_fp8, c, d_one, d_per, a_dense, b_dense, d_dense
+        torch.cuda.empty_cache()
+    print(f"\n# {torch.cuda.get_device_name()}: 'vs dense' = TFLOPS ratio to the dense GEMM at equal total K "
+          "(one launch's is issue 5's k-grouped criterion, >= 0.85); speed-up = per-group time / one-launch time")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

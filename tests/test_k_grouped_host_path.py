@@ -1,0 +1,96 @@
+"""The host side of the SM90 k-grouped FP8 kernel (dg_triton/kernels/sm90_k_grouped_gemm.py), no GPU
+needed: which groups each launch takes, the K blocks it gives them, the config, and the packed
+parameter struct (KGroupedOperands) byte for byte, with stand-in descriptors (distinct 128-byte
+patterns where the driver would encode real ones). The struct's size is also asserted against the
+kernel's sizeof at compile time (KGroupedFp8GemmKernelSpec.source, compiled by
+test_compile_sm90_k_grouped.py); the GPU tests (test_k_grouped_gpu.py) run it.
+"""
+import ctypes
+import struct
+
+import pytest
+
+from dg_triton.kernels import sm90_k_grouped_gemm as kg
+from dg_triton.kernels.sm90_k_grouped_gemm import (MAX_GROUPS_PER_LAUNCH, k_block_starts, launch_chunks,
+                                                   operands_bytes)
+from dg_triton.reference_k_grouped import k_grouped_starts
+
+
+def test_operands_struct_size_is_three_descriptor_arrays_and_the_starts_padded_to_64_bytes():
+    assert operands_bytes(16) == 6272        # 3 * 16 * 128 + 17 * 4 = 6212, padded up
+    assert operands_bytes(1) == 448          # 384 + 2 * 4
+    assert all(operands_bytes(g) % 64 == 0 and operands_bytes(g) >= 388 * g + 4 for g in range(1, 40))
+
+
+def test_launches_take_the_non_empty_groups_in_order_at_most_max_groups_each():
+    ks = [128, 0, 256, 0, 0, 384, 128]
+    starts = k_grouped_starts(ks)
+    chunks = launch_chunks(ks, starts, max_groups=2)
+    assert chunks == [[(0, 128, 0), (2, 256, 128)], [(5, 384, 384), (6, 128, 768)]]
+    assert launch_chunks([0, 0], [0, 0]) == []
+    ks = [128] * 37
+    chunks = launch_chunks(ks, k_grouped_starts(ks))
+    assert [len(c) for c in chunks] == [MAX_GROUPS_PER_LAUNCH, MAX_GROUPS_PER_LAUNCH, 37 - 2 * MAX_GROUPS_PER_LAUNCH]
+
+
+def test_k_block_starts_give_each_group_its_blocks_among_all_groups():
+    ks = [256, 0, 384, 128, 0]
+    chunk = launch_chunks(ks, k_grouped_starts(ks))[0]
+    starts = k_block_starts(chunk, max_groups=4)
+    # Groups 0, 2, 3: blocks [0, 2), [2, 5), [5, 6); the unused slots repeat the end.
+    assert starts == [0, 2, 5, 6, 6]
+    for j, (_, k, start) in enumerate(chunk):
+        assert starts[j] == start // 128 and starts[j + 1] - starts[j] == k // 128
+    # A later launch counts from its first group's place among all groups.
+    ks = [128] * 3 + [256] * 2
+    chunks = launch_chunks(ks, k_grouped_starts(ks), max_groups=3)
+    assert k_block_starts(chunks[1], max_groups=3) == [3, 5, 7, 7]
+
+
+@pytest.mark.parametrize("m,n,ks", [(4096, 7168, [2048] * 16), (7168, 2048, [4096] * 8), (128, 256, [128, 384]),
+                                    (1, 136, [256, 0, 128]), (264, 136, [128] * 40)])
+def test_config_has_no_split_k_stream_k_or_cluster_and_a_grid_within_the_launch_tiles(m, n, ks):
+    groups = min(sum(k > 0 for k in ks), MAX_GROUPS_PER_LAUNCH)
+    config = kg.choose_config(m, n, ks, groups, 132)
+    assert config.num_splits == 1 and not config.stream_k and config.cluster_size == 1
+    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    assert 1 <= config.num_sms <= min(132, tiles * groups)
+    assert config.block_m in (64, 128)
+
+
+class _FakeCache:
+    """A DescriptorCache stand-in: a distinct 128-byte pattern per (tag, address)."""
+
+    def __init__(self, tag):
+        self.tag, self.buffers = tag, {}
+
+    def __call__(self, address):
+        if address not in self.buffers:
+            pattern = struct.pack("<QQ", self.tag, address) * 8
+            self.buffers[address] = ctypes.create_string_buffer(pattern, 128)
+        return ctypes.addressof(self.buffers[address])
+
+
+def test_packed_struct_holds_each_groups_descriptors_and_k_blocks_in_its_slot():
+    m, n = 264, 136
+    ks = [128, 0, 384] + [256] * (MAX_GROUPS_PER_LAUNCH + 1)
+    starts = k_grouped_starts(ks)
+    chunks = launch_chunks(ks, starts)
+    spec = kg.KGroupedFp8GemmKernelSpec(kg.choose_config(m, n, ks, MAX_GROUPS_PER_LAUNCH, 132))
+    distinct = sorted({k for k in ks if k})
+    plan = kg._Plan(spec, None, m, n, chunks, None, None, {k: _FakeCache(1000 + k) for k in distinct},
+                    {k: _FakeCache(2000 + k) for k in distinct}, _FakeCache(3))
+    a, b, d = 0x10000, 0x900000, 0x7000000
+    launches = kg._pack(plan, a, b, d)
+    assert [count for _, _, count in launches] == [len(c) for c in chunks] == [MAX_GROUPS_PER_LAUNCH, 3]
+    size, max_groups = operands_bytes(MAX_GROUPS_PER_LAUNCH), MAX_GROUPS_PER_LAUNCH
+    for (buffer, base, count), chunk in zip(launches, chunks):
+        assert base % 64 == 0 and ctypes.addressof(buffer) <= base < ctypes.addressof(buffer) + 64
+        raw = ctypes.string_at(base, size)
+        for j, (g, k, start) in enumerate(chunk):
+            for array, (tag, address) in enumerate(((1000 + k, a + m * start), (2000 + k, b + n * start),
+                                                    (3, d + g * m * n * 4))):
+                offset = (array * max_groups + j) * 128
+                assert raw[offset:offset + 16] == struct.pack("<QQ", tag, address), (g, array)
+        starts_field = struct.unpack_from(f"<{max_groups + 1}I", raw, 3 * max_groups * 128)
+        assert list(starts_field) == k_block_starts(chunk, max_groups)
