@@ -110,6 +110,15 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const vo
                  : "memory");
 }
 
+// As tma_store_2d, but adding the box to what global memory holds (done in L2, element by element).
+__device__ __forceinline__ void tma_reduce_add_2d(const TmaDescriptor* desc, const void* src,
+                                                  int32_t inner, int32_t outer) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)),
+                    "r"(inner), "r"(outer)
+                 : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit_group() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

@@ -93,6 +93,14 @@ struct SwizzledTmaStoreEpilogue {
     // columns per instruction; a chunk is a whole number of 16-column slabs) instead of one
     // 4-byte store per element pair: a quarter of the shared-memory store instructions. (Probe
     // builds with DG_PROBE_NO_STMATRIX keep the pair stores, for benchmarks/probe_*.py.)
+    // Probe builds (DG_PROBE_C_REDUCE_ADD, benchmarks/probe_k_grouped.py): an FP8 accumulating
+    // tile does not load c; its store adds the tile to D in L2 (a TMA reduce-add).
+#ifdef DG_PROBE_C_REDUCE_ADD
+    static constexpr bool kReduceC = kAccumulate && kWholeRowsForC;
+#else
+    static constexpr bool kReduceC = false;
+#endif
+    static constexpr bool kLoadC = kAccumulate && !kReduceC;
 #ifdef DG_PROBE_NO_STMATRIX
     static constexpr bool kStmatrix = false;
 #else
@@ -166,7 +174,7 @@ struct SwizzledTmaStoreEpilogue {
                     tma_store_wait_read<kOtherBuffers>();
                 named_barrier_sync(barrier_id, 128);
             }
-            if constexpr (kAccumulate) {
+            if constexpr (kLoadC) {
                 if (!prefetched && leader)
                     load_chunk(staging, load_barrier, tma_d, row0, chunk_col0, chunk_slabs(chunk));
                 mbarrier_wait(load_barrier, load_phase);
@@ -204,7 +212,7 @@ struct SwizzledTmaStoreEpilogue {
                         const uint32_t p = staging_addr + offset(fragment_row(half),
                                                                  fragment_col(t) - chunk * kChunkCols);
                         float2 v = make_float2(acc[t * 4 + half * 2], acc[t * 4 + half * 2 + 1]);
-                        if constexpr (kAccumulate) {
+                        if constexpr (kLoadC) {
                             const float2 old = OutputPair<OutT>::load(p);
                             v.x += old.x;
                             v.y += old.y;
@@ -219,8 +227,12 @@ struct SwizzledTmaStoreEpilogue {
             if (leader) {
 #pragma unroll
                 for (uint32_t s = 0; s < kChunkSlabs; ++s)
-                    if (s < chunk_slabs(chunk))
-                        tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
+                    if (s < chunk_slabs(chunk)) {
+                        if constexpr (kReduceC)
+                            tma_reduce_add_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
+                        else
+                            tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
+                    }
                 tma_store_commit_group();
             }
         }

@@ -446,7 +446,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr uint32_t kStep = 32;
     // Whether an accumulating tile loads its c under the K loop (at early_c_load_block), rather
     // than at its store. DG_PROBE_LATE_C_LOAD: at the store (benchmarks/probe_fp8.py).
-#ifdef DG_PROBE_LATE_C_LOAD
+#if defined(DG_PROBE_LATE_C_LOAD) || defined(DG_PROBE_C_REDUCE_ADD)
     constexpr bool kEarlyCLoad = false;
 #else
     constexpr bool kEarlyCLoad = T::kAccumulate && !T::kSplitK && !T::kStreamK;
