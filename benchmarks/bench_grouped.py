@@ -348,31 +348,16 @@ def run_fp8_case(kind, case):
 
 
 def k_grouped_configs(kind, m, n, ks):
-    """The tile config of the k-grouped FP8 plan, or the distinct ones of the BF16 per-group dense
-    plans ("portable" on the portable path)."""
+    """The tile config of the k-grouped plan ("portable" on the portable path)."""
     if os.environ.get("DG_BACKEND") == "triton":
         return "portable"
-    from dg_triton.kernels import sm90_bf16_gemm, sm90_k_grouped_gemm
-    if kind == "k_grouped_fp8":
-        for key, plan in sm90_k_grouped_gemm._plans.items():
-            if key[0][:3] == (m, n, tuple(ks)):
-                c = plan.spec.config
-                return f"{c.block_m}x{c.block_n}s{c.num_stages}"
-        return "?"
-    plans = sm90_bf16_gemm._plans
-    configs = []
-    try:
-        for k in sorted(set(k for k in ks if k)):
-            # Both plan keys start with the problem, whose first fields are (m, n, k).
-            for key, plan in plans.items():
-                if tuple(key[0][:3]) == (m, n, k):
-                    c = plan.spec.config
-                    name = f"{c.block_m}x{c.block_n}s{c.num_stages}" + (f"k{c.num_splits}" if c.num_splits > 1 else "")
-                    if name not in configs:
-                        configs.append(name)
-    except (AttributeError, IndexError, TypeError):
-        return "?"
-    return "/".join(configs) or "?"
+    from dg_triton.kernels import sm90_k_grouped_gemm
+    plans = sm90_k_grouped_gemm._plans if kind == "k_grouped_fp8" else sm90_k_grouped_gemm._bf16_plans
+    for key, plan in plans.items():
+        if key[0][:3] == (m, n, tuple(ks)):
+            c = plan.spec.config
+            return f"{c.block_m}x{c.block_n}s{c.num_stages}"
+    return "?"
 
 
 def k_grouped_case(kind, num_groups, m, n, expected_k):

@@ -11,17 +11,17 @@ own K, the groups' K rows concatenated; ``d[g] = c[g] + A_g @ B_g^T`` with an fp
   SM90's FP8 tensor cores cannot read); dg_triton has no SM100 kernel, so it raises
   NotImplementedError.
 
-Implementation: ``ks_cpu`` is on the host. On SM90 the FP8 form is one persistent launch of the
-FP8 1D1D kernel (fp32 D, c) over the tiles of up to 16 groups at a time, each group's operand and
-D descriptors passed in the kernel's parameters (kernels/sm90_k_grouped_gemm.py), so group g + 1's
-tiles fill the SMs group g's last wave leaves idle; the BF16 form is one launch per non-empty group
-of the SM90 BF16 kernel with A and B MN-major. On other devices and under the Triton interpreter,
-the portable Triton GEMMs run once per group (dispatch.py). Operands, scale factors and D are the
-caller's tensors or views into them (scale factors not already in the TMA-aligned MN-major layout
-are transformed once per call). Nothing reads device data on the host, so a call can be captured
-in a CUDA graph (after one warm call has compiled its kernels). ``c`` is copied into ``d`` once
-when it is not ``d``; empty groups then already hold ``d[g] = c[g]``. The heuristics choose the
-FP8 tile as for a dense [M, N, mean k_g] problem, and each BF16 group's as for [M, N, k_g].
+Implementation: ``ks_cpu`` is on the host. On SM90 each form is one persistent launch over the
+tiles of up to 16 groups at a time (FP8: the 1D1D kernel, fp32 D; BF16: the BF16 kernel with A and
+B MN-major), each group's operand and D descriptors passed in the kernel's parameters
+(kernels/sm90_k_grouped_gemm.py), so group g + 1's tiles fill the SMs group g's last wave leaves
+idle. On other devices and under the Triton interpreter, the portable Triton GEMMs run once per
+group (dispatch.py). Operands, scale factors and D are the caller's tensors or views into them
+(scale factors not already in the TMA-aligned MN-major layout are transformed once per call).
+Nothing reads device data on the host, so a call can be captured in a CUDA graph (after one warm
+call has compiled its kernels). ``c`` is copied into ``d`` once when it is not ``d``; empty groups
+then already hold ``d[g] = c[g]``. The heuristics choose the tile as for a dense [M, N, mean k_g]
+problem.
 
 Each function is validate (validation_k_grouped) -> the empty-problem rules of API.md 1.3 ->
 dispatch -> launches.
@@ -30,10 +30,9 @@ import torch
 
 from dg_triton import dispatch, validation_k_grouped
 from dg_triton.errors import reject
-from dg_triton.kernels import sm90_bf16_gemm, sm90_k_grouped_gemm
+from dg_triton.kernels import sm90_k_grouped_gemm
 from dg_triton.reference_sf_layout import is_mn_major_tma_aligned
 from dg_triton.utils.layout import get_mn_major_tma_aligned_tensor
-from dg_triton.validation import _operand_major
 from dg_triton.validation_fp8 import KIND_1D1D, SFA, SFB
 from dg_triton.validation_k_grouped import FP8_GRAN_K
 
@@ -142,7 +141,8 @@ def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, c
     ks_cpu the host list of the G sizes k_g (multiples of get_mk_alignment_for_contiguous_layout(),
     and of 128 on SM90); grouped_layout int32 [G] contiguous (not read). No psum layout.
 
-    One launch of the dense BF16 kernel (A and B MN-major) per non-empty group (module docstring)."""
+    On SM90 one launch of the k-grouped BF16 kernel (A and B MN-major) per 16 non-empty groups
+    (module docstring); compiled_dims is accepted and unused there (the groups' K differ)."""
     function = "k_grouped_bf16_gemm_tn_contiguous"
     ks = validation_k_grouped.arguments(function, ks_cpu, compiled_dims, use_psum_layout)
     problem = validation_k_grouped.bf16_tn(function, a, b, d, ks, grouped_layout, c)
@@ -151,26 +151,12 @@ def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, c
     backend = dispatch.backend(function, d.device, _SM90)  # refuse before touching d
     if c is not d:
         d.copy_(c)
-    if backend == dispatch.PORTABLE:
-        from dg_triton.triton import gemm_portable  # imports Triton: only when used
     m, n = problem.m, problem.n
-    a_address, b_address, d_address = a.data_ptr(), b.data_ptr(), d.data_ptr()
-    element = a.element_size()
+    if backend != dispatch.PORTABLE:
+        key = (m, n, tuple(problem.ks), problem.device_index, d.dtype)
+        sm90_k_grouped_gemm.run_bf16(function, a, b, d, m, n, list(problem.ks), list(problem.starts), key)
+        return
+    from dg_triton.triton import gemm_portable  # imports Triton: only when used
     for g, (k, start) in enumerate(zip(problem.ks, problem.starts)):
-        if k == 0:
-            continue
-        a_g, b_g, d_g = a.narrow(0, start, k).T, b.narrow(0, start, k).T, d[g]
-        if backend == dispatch.PORTABLE:
-            gemm_portable.bf16_gemm(function, a_g, b_g, d_g, True)
-            continue
-        # What validation.bf16_gemm returns for the same dense problem, without its per-call checks
-        # (validation_k_grouped checked every group's TMA layout up front).
-        a_strides, b_strides, d_strides = a_g.stride(), b_g.stride(), d_g.stride()
-        a_k_major = _operand_major(function, "a", (m, k), a_strides, "[M, K]")
-        b_k_major = _operand_major(function, "b", (n, k), b_strides, "[N, K]")
-        addresses = (a_address + element * m * start, b_address + element * n * start,
-                     d_address + d.element_size() * m * n * g)
-        sm90_bf16_gemm.run(function, a_g, b_g, d_g,
-                           (m, n, k, a_k_major, b_k_major, problem.device_index,
-                            (d.dtype, a_strides, b_strides, d_strides)),
-                           addresses, True, compiled_dims)
+        if k:
+            gemm_portable.bf16_gemm(function, a.narrow(0, start, k).T, b.narrow(0, start, k).T, d[g], True)

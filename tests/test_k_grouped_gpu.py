@@ -1,5 +1,5 @@
-"""K-grouped GEMMs on an SM90 GPU (dg_triton/k_grouped.py: the k-grouped FP8 1D1D kernel over up to
-16 groups a launch, the dense BF16 kernel once per non-empty group) against
+"""K-grouped GEMMs on an SM90 GPU (dg_triton/k_grouped.py: the k-grouped FP8 1D1D and BF16 kernels
+over up to 16 groups a launch) against
 dg_triton.reference_k_grouped, per group, with API.md 8's thresholds: FP8 calc_diff < 1e-3, BF16 < 1e-5.
 
 - Shapes: API.md 8's k-grouped list (tests/shapes.py), k_g = max(1, int(expected * U(0.7, 1.3)))
@@ -16,8 +16,9 @@ dg_triton.reference_k_grouped, per group, with API.md 8's thresholds: FP8 calc_d
 - A call captured in a CUDA graph replays on new inputs written into the same tensors.
 - M / N tails and 128-row groups, on the SM90 kernels and on the portable Triton path
   (DG_BACKEND=triton) on the same GPU.
-- FP8 over more groups than one launch takes, empty groups at and around the launches' seams; and
-  a second call of the same problem on other buffers (the launch parameters are cached by address).
+- Both forms over more groups than one launch takes, empty groups at and around the launches'
+  seams; a second call of the same problem on other buffers (the launch parameters are cached by
+  address); BF16 with a bf16 D (compared on d[g] only: d[g] - c[g] would measure d's rounding).
 """
 import random
 
@@ -107,17 +108,19 @@ def run_fp8(ks, m, n, c_is_d, row_major_sf=False):
         assert torch.equal(c, c_before), f"{what}: c was written"
 
 
-def run_bf16(ks, m, n, c_is_d):
+def run_bf16(ks, m, n, c_is_d, dtype=torch.float32):
     a, b = tn_inputs(ks, m, n, fp8=False)
-    c = torch.randn(len(ks), m, n, device="cuda").mul_(32)
+    c = torch.randn(len(ks), m, n, device="cuda").mul_(32).to(dtype)
     c_before = c.clone()
     d = c if c_is_d else torch.full_like(c, NAN)
     grouped_layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
     dg_triton.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout, c=c)
     torch.cuda.synchronize()
-    what = f"bf16 ks={ks} m={m} n={n} c_is_d={c_is_d}"
+    what = f"bf16 ks={ks} m={m} n={n} c_is_d={c_is_d} d {dtype}"
     expected = reference_k_grouped.k_grouped_bf16_tn_reference(a, b, c_before, ks)
-    check_groups(d, c_before, ks, BF16_THRESHOLD, what, expected=expected, expected_products=expected)
+    # A bf16 d holds c + A @ B rounded, as the reference does; d - c would measure that rounding.
+    products = expected if dtype == torch.float32 else None
+    check_groups(d, c_before, ks, BF16_THRESHOLD, what, expected=expected, expected_products=products)
     if not c_is_d:
         assert torch.equal(c, c_before), f"{what}: c was written"
 
@@ -193,6 +196,24 @@ def test_fp8_nt_same_problem_on_other_buffers():
     ks = group_ks(5, 512, empty=(3,))
     for _ in range(2):   # fresh tensors each time: new addresses, same plan
         run_fp8(ks, 1024, 2048, c_is_d=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bf16_tn_over_several_launches_with_empty_groups_at_their_seams(dtype):
+    """As the FP8 case above, with both D dtypes."""
+    ks = group_ks(40, 256, empty=(0, 17, 18, 39))
+    run_bf16(ks, 264, 136, c_is_d=False, dtype=dtype)
+
+
+def test_bf16_tn_same_problem_on_other_buffers():
+    ks = group_ks(5, 512, empty=(3,))
+    for _ in range(2):   # fresh tensors each time: new addresses, same plan
+        run_bf16(ks, 1024, 2048, c_is_d=False)
+
+
+@pytest.mark.parametrize("num_groups,m,n,expected_k", [K_GROUPED_GMNK[3]])
+def test_bf16_tn_with_a_bf16_d_on_an_api_shape(num_groups, m, n, expected_k):
+    run_bf16(group_ks(num_groups, expected_k, empty=(1,)), m, n, c_is_d=True, dtype=torch.bfloat16)
 
 
 # ---- CUDA graphs -----------------------------------------------------------------------------------------

@@ -4,12 +4,10 @@ validation_k_grouped.py; API.md 1.3, 2.3, 3.6, 4), on CPU tensors.
 This host has no GPU, so the checks take the SM90 rules (k_g % 128, no psum layout, recipe
 (1, 1, 128)). Every rejection is a DGArgumentError whose message starts "{fn}: {argument} must be".
 A call that passes the checks reaches dispatch, which has no CPU kernel without the interpreter and
-raises NotImplementedError. With dispatch patched to answer SM90, the FP8 form reaches the k-grouped
-kernel's launch layer (sm90_k_grouped_gemm.run) once with every group, the BF16 form the dense
-kernel's (sm90_bf16_gemm.run) once per non-empty group (both recorded here); the recorded
-arguments are checked against the caller's buffers and, for BF16, against what the dense public
-path builds for the same [M, N, k_g] problem. Empty problems reach neither. SM100 is faked through
-settings.current_arch_major.
+raises NotImplementedError. With dispatch patched to answer SM90, each form reaches its k-grouped
+kernel's launch layer (sm90_k_grouped_gemm.run / run_bf16) once with every group (recorded here);
+the recorded arguments are checked against the caller's buffers. Empty problems reach neither.
+SM100 is faked through settings.current_arch_major.
 """
 import inspect
 
@@ -17,9 +15,9 @@ import pytest
 import torch
 
 import dg_triton
-from dg_triton import dispatch, settings, validation
+from dg_triton import dispatch, settings
 from dg_triton.errors import DGArgumentError
-from dg_triton.kernels import sm90_bf16_gemm, sm90_k_grouped_gemm
+from dg_triton.kernels import sm90_k_grouped_gemm
 from dg_triton.reference_k_grouped import k_grouped_nt_operand, k_grouped_starts
 from dg_triton.utils import layout as mk_layout
 from dg_triton.utils.math import align
@@ -115,10 +113,10 @@ def kernel_runs(monkeypatch):
     def fp8_run(function, a_flat, sfa, b_flat, sfb, d, m, n, ks, starts, key):
         runs.append(("fp8", function, a_flat, sfa, b_flat, sfb, d, d.clone(), m, n, ks, starts, key))
 
-    def bf16_run(function, a, b, d, problem, addresses, accumulate, compiled_dims, *rest):
-        runs.append(("bf16", function, a, b, d, d.clone(), problem, addresses, accumulate, compiled_dims, rest))
+    def bf16_run(function, a, b, d, m, n, ks, starts, key, *rest):
+        runs.append(("bf16", function, a, b, d, d.clone(), m, n, ks, starts, key, rest))
     monkeypatch.setattr(sm90_k_grouped_gemm, "run", fp8_run)
-    monkeypatch.setattr(sm90_bf16_gemm, "run", bf16_run)
+    monkeypatch.setattr(sm90_k_grouped_gemm, "run_bf16", bf16_run)
     return runs
 
 
@@ -128,7 +126,7 @@ def no_kernel(monkeypatch):
         raise AssertionError("an empty problem reached dispatch or a kernel")
     monkeypatch.setattr(dispatch, "backend", forbidden)
     monkeypatch.setattr(sm90_k_grouped_gemm, "run", forbidden)
-    monkeypatch.setattr(sm90_bf16_gemm, "run", forbidden)
+    monkeypatch.setattr(sm90_k_grouped_gemm, "run_bf16", forbidden)
 
 
 @pytest.fixture
@@ -270,27 +268,22 @@ def test_fp8_misaligned_sf_in_the_kernel_layout_is_rejected(kernel_runs):
     assert not kernel_runs
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("c_is_d", [False, True])
 @pytest.mark.parametrize("m", [BF16_M, 1])
-def test_bf16_launches_the_dense_kernel_once_per_non_empty_group(kernel_runs, c_is_d, m):
-    kwargs = bf16_args(m=m, c_is_d=c_is_d)
+def test_bf16_reaches_the_k_grouped_kernel_once_with_every_group(kernel_runs, c_is_d, m, dtype):
+    kwargs = bf16_args(m=m, c_is_d=c_is_d, dtype=dtype)
     a, b, d, c = kwargs["a"], kwargs["b"], kwargs["d"], kwargs["c"]
     c_values = c.clone()
     call(BF16_TN, **kwargs)
-    launched = [g for g, k in enumerate(KS) if k]
-    assert len(kernel_runs) == len(launched)
-    for g, run in zip(launched, kernel_runs):
-        kind, function, a_g, b_g, d_g, d_at_launch, problem, addresses, accumulate, compiled_dims, rest = run
-        k, start = KS[g], k_grouped_starts(KS)[g]
-        assert (kind, function, accumulate, compiled_dims, rest) == ("bf16", BF16_TN, True, "mn", ())
-        assert torch.equal(a_g, a[start:start + k].T) and torch.equal(b_g, b[start:start + k].T)
-        assert d_g.data_ptr() == d[g].data_ptr()
-        assert torch.equal(d_at_launch, c_values[g]), "c was not in d before the accumulating launch"
-        # What the dense path (validation.bf16_gemm) hands the same launcher for this problem.
-        dense = validation.bf16_gemm(BF16_TN, a_g, b_g, d_g, d_g)
-        assert problem == dense[:7] and addresses == dense[7]
-        assert problem[3] == (m == 1) and problem[4] is False   # A MN-major (K-major when M == 1), B MN-major
-    assert torch.equal(d[1], c_values[1]), "the empty group's d is not c"
+    assert len(kernel_runs) == 1
+    kind, function, a_k, b_k, d_k, d_at_launch, m_k, n_k, ks, starts, key, rest = kernel_runs[0]
+    assert (kind, function, rest) == ("bf16", BF16_TN, ())
+    assert a_k is a and b_k is b and d_k is d
+    assert (m_k, n_k, ks, starts) == (m, BF16_N, KS, k_grouped_starts(KS))
+    # The plan key: the problem and d's dtype (which picks the kernel's D type).
+    assert key[:3] == (m, BF16_N, tuple(KS)) and key[-1] == dtype
+    assert torch.equal(d_at_launch, c_values), "c was not in d before the accumulating launch"
 
 
 # --- non-tensor arguments ----------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 // consumers, each owning 64 rows of the BLOCK_M x BLOCK_N tile and issuing one m64nBLOCK_N k16
 // wgmma per 16 of K. The grid is persistent (PersistentTileScheduler), so the producer runs ahead
 // into the next tile while the consumers run the epilogue (SwizzledTmaStoreEpilogue). The M-grouped
-// GEMMs run this same kernel with a grouped scheduler (scheduler_grouped.cuh, via bf16_gemm_run).
+// GEMMs run this same kernel with a grouped scheduler (scheduler_grouped.cuh, via bf16_gemm_run),
+// the k-grouped one with the k-grouped scheduler (scheduler_k_grouped.cuh).
 // A and B may each be K-major or MN-major (wgmma's transpose bits read MN-major tiles directly).
 #pragma once
 
@@ -100,7 +101,8 @@ struct SplitKArguments {
 };
 
 // ---- consumers: one m64nBLOCK_N k16 wgmma per 16 of K, then the epilogue -------------------------
-// `Sched` is Scheduler<T> or a grouped scheduler (scheduler_grouped.cuh). A grouped unit may have
+// `Sched` is Scheduler<T>, a grouped scheduler (scheduler_grouped.cuh) or the k-grouped one
+// (scheduler_k_grouped.cuh, whose units name their group's D descriptor). A grouped unit may have
 // no K blocks (a padding tile: its rows are written as zeros) and says which of its rows hold
 // A @ B (the others are written as zeros) and how many are stored at all: a warpgroup whose 64
 // rows are all stored goes through the TMA-store epilogue; one with fewer (the last tile of a
@@ -163,7 +165,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         [[maybe_unused]] auto load_c = [&] {
             if constexpr (kEarlyCLoad)
                 T::Epilogue::prefetch_accumulator(staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
-                                                  &epilogue_barriers[math_wg], &tma_d,
+                                                  &epilogue_barriers[math_wg], unit_tma_d(tma_d, unit),
                                                   unit.m_block * T::kBlockM + math_wg * 64,
                                                   unit.n_block * T::kBlockN);
         };
@@ -227,7 +229,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             }
             T::Epilogue::template store<kEarlyCLoad>(
                 acc, staging + math_wg * T::Epilogue::kBytesPerWarpgroup, &epilogue_barriers[math_wg],
-                epilogue_phase, &tma_d, unit.m_block * T::kBlockM + math_wg * 64,
+                epilogue_phase, unit_tma_d(tma_d, unit), unit.m_block * T::kBlockM + math_wg * 64,
                 unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
         }
     }

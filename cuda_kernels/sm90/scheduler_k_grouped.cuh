@@ -1,16 +1,19 @@
-// Tile scheduler of the k-grouped FP8 GEMM (API.md 3.6, the MoE weight gradient): G groups share
-// M and N, each has its own K, and d[g] = c[g] + A_g @ B_g^T for all groups in one persistent
-// launch, so that the tiles of group g + 1 fill the SMs group g's last wave leaves idle (one launch
-// per group paid a partial wave and a start-up per group: NOTES.md, session 25).
+// Tile scheduler of the k-grouped GEMMs (API.md 3.6, the MoE weight gradient): G groups share M
+// and N, each has its own K, and d[g] = c[g] + A_g @ B_g^T for all groups in one persistent launch,
+// so that the tiles of group g + 1 fill the SMs group g's last wave leaves idle (one launch per
+// group paid a partial wave and a start-up per group: NOTES.md, session 25). Both the FP8 1D1D
+// kernel (fp8_gemm.cuh) and the BF16 kernel (bf16_gemm.cuh) run with it.
 //
-// Group g's A and B are row-major [M, k_g] / [N, k_g] blocks of their own row stride k_g, which
-// one TMA descriptor cannot express, so every group brings its own A, B and D descriptors, built
-// on the host and passed by value in the kernel's parameters (KGroupedOperands: no device memory
-// to fill, and a CUDA graph replays the launch as captured). The scale factors stay one descriptor
-// each, sfa [M] and sfb [N] per K block over the groups' concatenated K: a unit's K blocks
-// [k_block_begin, k_block_end) count from its group's first (0 to k_g / 128, as its A and B
-// descriptors do), and its scales are read that group's first K block further
-// (scale_k_block_origin, fp8_gemm.cuh's ScaleTileLoads).
+// Every group brings its own A, B and D descriptors, built on the host and passed by value in the
+// kernel's parameters (KGroupedOperands: no device memory to fill, and a CUDA graph replays the
+// launch as captured). FP8: group g's A and B are row-major [M, k_g] / [N, k_g] blocks of their own
+// row stride k_g, which one descriptor cannot express. BF16: they are the MN-major [k_g, M] /
+// [k_g, N] row ranges of a [sum(ks), M] / [sum(ks), N] tensor, and D may be BF16 or FP32, so one
+// descriptor per group keeps each group's K and D rows clipped to its own. A unit's K blocks
+// [k_block_begin, k_block_end) count from its group's first (0 to k_g / block K, as its A and B
+// descriptors do). FP8's scale factors stay one descriptor each, sfa [M] and sfb [N] per 128 of K
+// over the groups' concatenated K, read the group's first K block further (scale_k_block_origin,
+// fp8_gemm.cuh's ScaleTileLoads).
 //
 // Units run group by group, each group's tiles in the dense scheduler's L2-friendly order. Only
 // groups with K blocks are passed (an empty group keeps d[g] = c[g], which the host has written).
@@ -28,10 +31,11 @@ namespace dg::sm90 {
 // more in several). Layout mirrored by dg_triton/kernels/sm90_k_grouped_gemm.py.
 template <uint32_t kMaxGroups>
 struct KGroupedOperands {
-    TmaDescriptor a[kMaxGroups];   // group j's A: [M, k_j] E4M3, K-major
-    TmaDescriptor b[kMaxGroups];   // group j's B: [N, k_j] E4M3, K-major
-    TmaDescriptor d[kMaxGroups];   // group j's D: [M, N] FP32
-    // Group j's K blocks are [k_block_start[j], k_block_start[j + 1]) of the scale descriptors.
+    TmaDescriptor a[kMaxGroups];   // group j's A: [M, k_j] (FP8 K-major, BF16 MN-major)
+    TmaDescriptor b[kMaxGroups];   // group j's B: [N, k_j] likewise
+    TmaDescriptor d[kMaxGroups];   // group j's D: [M, N] (FP8: FP32; BF16: FP32 or BF16)
+    // Group j's K blocks are [k_block_start[j], k_block_start[j + 1]) of all groups' (FP8: of
+    // the scale descriptors).
     uint32_t k_block_start[kMaxGroups + 1];
 };
 
