@@ -97,6 +97,27 @@ def probe_launch(a_fp8, b_fp8, d, ks, m, n, variant):
                                            k_grouped_starts(ks), key, config, defines)
 
 
+def check_groups(d, expected, ks, threshold, what):
+    """Every non-empty group of d against the reference, calc_diff < threshold, all finite."""
+    diff = max(float(testing.calc_diff(d[g], expected[g])) for g in range(len(ks)) if ks[g])
+    assert torch.isfinite(d).all() and diff < threshold, f"{what}: calc_diff {diff}"
+
+
+def add_variants(fns, variants, make, c, d_one, expected, ks, threshold, shape):
+    """fns[variant] = make(d_variant, variant) for each probe variant, after one checked run: bit for
+    bit the shipped build's d_one, or, where it forces a tile (another summation order), the
+    reference."""
+    for variant in variants:
+        d_variant = c.clone()
+        fns[variant] = make(d_variant, variant)
+        fns[variant]()
+        torch.cuda.synchronize()
+        if any(v.startswith("cfg=") for v in variant):
+            check_groups(d_variant, expected, ks, threshold, f"{shape} {variant}")
+        else:
+            assert torch.equal(d_variant, d_one), f"{shape} {variant}: differs from the shipped build"
+
+
 def fp8_functions(shape, num_groups, m, n, ks, variants):
     """{name: call} of one FP8 shape, each checked (module docstring), and the shipped config."""
     sum_k = sum(ks)
@@ -111,8 +132,7 @@ def fp8_functions(shape, num_groups, m, n, ks, variants):
     one()
     torch.cuda.synchronize()
     expected = reference_k_grouped.k_grouped_bf16_tn_reference(a, b, c, ks)
-    diff = max(float(testing.calc_diff(d_one[g], expected[g])) for g in range(num_groups) if ks[g])
-    assert torch.isfinite(d_one).all() and diff < 1e-3, f"{shape}: calc_diff {diff}"
+    check_groups(d_one, expected, ks, 1e-3, shape)
     plan = next(p for key, p in sm90_k_grouped_gemm._plans.items()
                 if key[0][:3] == (m, n, tuple(ks)) and key[2:] == (None, ()))
     config = plan.spec.config
@@ -128,16 +148,8 @@ def fp8_functions(shape, num_groups, m, n, ks, variants):
     d_dense = torch.randn(m, n, device="cuda")
     dense = lambda: dg_triton.fp8_gemm_nt(a_dense, b_dense, d_dense, c=d_dense, recipe=(1, 1, 128))  # noqa: E731
     fns = {"one": one, "per": per_group, "dense": dense}
-    for defines in variants:
-        d_variant = c.clone()
-        fns[defines] = probe_launch(a_fp8, b_fp8, d_variant, ks, m, n, defines)
-        fns[defines]()
-        torch.cuda.synchronize()
-        if any(v.startswith("cfg=") for v in defines):
-            diff = max(float(testing.calc_diff(d_variant[g], expected[g])) for g in range(num_groups) if ks[g])
-            assert torch.isfinite(d_variant).all() and diff < 1e-3, f"{shape} {defines}: calc_diff {diff}"
-        else:
-            assert torch.equal(d_variant, d_one), f"{shape} {defines}: differs from the shipped build"
+    add_variants(fns, variants, lambda d_variant, variant: probe_launch(a_fp8, b_fp8, d_variant, ks, m, n, variant), c, d_one, expected, ks,
+                 1e-3, shape)
     return fns, config
 
 
@@ -176,8 +188,7 @@ def bf16_functions(shape, num_groups, m, n, ks, variants):
     one()
     torch.cuda.synchronize()
     expected = reference_k_grouped.k_grouped_bf16_tn_reference(a, b, c, ks)
-    diff = max(float(testing.calc_diff(d_one[g], expected[g])) for g in range(num_groups) if ks[g])
-    assert torch.isfinite(d_one).all() and diff < 1e-5, f"{shape}: calc_diff {diff}"
+    check_groups(d_one, expected, ks, 1e-5, shape)
     plan = next(p for key, p in sm90_k_grouped_gemm._bf16_plans.items()
                 if key[0][:3] == (m, n, tuple(ks)) and key[2:] == (None, ()))
     config = plan.spec.config
@@ -189,16 +200,8 @@ def bf16_functions(shape, num_groups, m, n, ks, variants):
     b_dense = torch.randn(sum_k, n, dtype=torch.bfloat16, device="cuda")
     d_dense = torch.randn(m, n, device="cuda")
     fns["dense"] = lambda: dg_triton.bf16_gemm_tn(a_dense, b_dense, d_dense, c=d_dense)  # noqa: E731
-    for defines in variants:
-        d_variant = c.clone()
-        fns[defines] = bf16_probe_launch(a, b, d_variant, ks, m, n, defines)
-        fns[defines]()
-        torch.cuda.synchronize()
-        if any(v.startswith("cfg=") for v in defines):
-            diff = max(float(testing.calc_diff(d_variant[g], expected[g])) for g in range(num_groups) if ks[g])
-            assert torch.isfinite(d_variant).all() and diff < 1e-5, f"{shape} {defines}: calc_diff {diff}"
-        else:
-            assert torch.equal(d_variant, d_one), f"{shape} {defines}: differs from the shipped build"
+    add_variants(fns, variants, lambda d_variant, variant: bf16_probe_launch(a, b, d_variant, ks, m, n, variant), c, d_one, expected, ks,
+                 1e-5, shape)
     return fns, config
 
 
