@@ -159,7 +159,8 @@ def bf16_per_group_launches(a, b, d, ks, m, n, config=None):
     for g, (k, start) in enumerate(zip(ks, k_grouped_starts(ks))):
         if k:
             a_g, b_g, d_g = a.narrow(0, start, k).T, b.narrow(0, start, k).T, d[g]
-            problem = (m, n, k, False, False, d.device.index, (d.dtype, a_g.stride(), b_g.stride(), d_g.stride()))
+            # (A / B K-major where M / N is 1, as validation._operand_major says.)
+            problem = (m, n, k, m == 1, n == 1, d.device.index, (d.dtype, a_g.stride(), b_g.stride(), d_g.stride()))
             calls.append((a_g, b_g, d_g, problem, (a_g.data_ptr(), b_g.data_ptr(), d_g.data_ptr())))
 
     def run():
@@ -169,7 +170,8 @@ def bf16_per_group_launches(a, b, d, ks, m, n, config=None):
 
 
 def bf16_probe_launch(a, b, d, ks, m, n, variant):
-    """The shipped BF16 one-launch call of a probe build (kernel macros, at most one "grid=")."""
+    """The shipped BF16 one-launch call of a probe build: kernel macros and at most one forced tile
+    or grid (forced_config)."""
     key = (m, n, tuple(ks), d.device.index, d.dtype)
     defines = tuple(v for v in variant if "=" not in v)
     return lambda: sm90_k_grouped_gemm.run_bf16("probe", a, b, d, m, n, list(ks), k_grouped_starts(ks), key,

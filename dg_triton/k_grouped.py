@@ -20,8 +20,9 @@ group (dispatch.py). Operands, scale factors and D are the caller's tensors or v
 (scale factors not already in the TMA-aligned MN-major layout are transformed once per call).
 Nothing reads device data on the host, so a call can be captured in a CUDA graph (after one warm
 call has compiled its kernels). ``c`` is copied into ``d`` once when it is not ``d``; empty groups
-then already hold ``d[g] = c[g]``. The heuristics choose the tile as for a dense [M, N, mean k_g]
-problem.
+then already hold ``d[g] = c[g]``. The tile is chosen for [M, N, mean k_g]: FP8 as the dense
+1D1D GEMM's, BF16 with the waves counted over all the launch's tiles
+(sm90_k_grouped_gemm.choose_bf16_config).
 
 Each function is validate (validation_k_grouped) -> the empty-problem rules of API.md 1.3 ->
 dispatch -> launches.

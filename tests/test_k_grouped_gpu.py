@@ -106,6 +106,7 @@ def run_fp8(ks, m, n, c_is_d, row_major_sf=False):
     check_groups(d, c_before, ks, FP8_THRESHOLD, f"{what} vs dequantized", expected_products=dequantized)
     if not c_is_d:
         assert torch.equal(c, c_before), f"{what}: c was written"
+    return a_fp8[0], b_fp8[0], d
 
 
 def run_bf16(ks, m, n, c_is_d, dtype=torch.float32):
@@ -123,6 +124,7 @@ def run_bf16(ks, m, n, c_is_d, dtype=torch.float32):
     check_groups(d, c_before, ks, BF16_THRESHOLD, what, expected=expected, expected_products=products)
     if not c_is_d:
         assert torch.equal(c, c_before), f"{what}: c was written"
+    return a, b, d
 
 
 # ---- API.md 8 shapes -------------------------------------------------------------------------------
@@ -194,8 +196,11 @@ def test_fp8_nt_over_several_launches_with_empty_groups_at_their_seams():
 
 def test_fp8_nt_same_problem_on_other_buffers():
     ks = group_ks(5, 512, empty=(3,))
-    for _ in range(2):   # fresh tensors each time: new addresses, same plan
-        run_fp8(ks, 1024, 2048, c_is_d=False)
+    # The first call's buffers stay alive, so the second call's are elsewhere (the launch
+    # parameters are cached by address): same plan, new descriptors.
+    first = run_fp8(ks, 1024, 2048, c_is_d=False)
+    second = run_fp8(ks, 1024, 2048, c_is_d=False)
+    assert all(x.data_ptr() != y.data_ptr() for x, y in zip(first, second))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -207,8 +212,11 @@ def test_bf16_tn_over_several_launches_with_empty_groups_at_their_seams(dtype):
 
 def test_bf16_tn_same_problem_on_other_buffers():
     ks = group_ks(5, 512, empty=(3,))
-    for _ in range(2):   # fresh tensors each time: new addresses, same plan
-        run_bf16(ks, 1024, 2048, c_is_d=False)
+    # The first call's buffers stay alive, so the second call's are elsewhere (the launch
+    # parameters are cached by address): same plan, new descriptors.
+    first = run_bf16(ks, 1024, 2048, c_is_d=False)
+    second = run_bf16(ks, 1024, 2048, c_is_d=False)
+    assert all(x.data_ptr() != y.data_ptr() for x, y in zip(first, second))
 
 
 @pytest.mark.parametrize("num_groups,m,n,expected_k", [K_GROUPED_GMNK[3]])

@@ -1,4 +1,4 @@
-"""Argument checks and per-group launches of the K-grouped GEMMs (dg_triton/k_grouped.py,
+"""Argument checks and kernel launches of the K-grouped GEMMs (dg_triton/k_grouped.py,
 validation_k_grouped.py; API.md 1.3, 2.3, 3.6, 4), on CPU tensors.
 
 This host has no GPU, so the checks take the SM90 rules (k_g % 128, no psum layout, recipe

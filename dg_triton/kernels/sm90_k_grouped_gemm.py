@@ -221,8 +221,9 @@ def choose_bf16_config(m: int, n: int, ks: list[int], num_groups: int, out_bytes
     with the waves counted over the tiles of all the launch's groups (one group's waves are what
     the dense heuristics minimise: at 7168x2048 they pick 128x128, 896 tiles a group, where
     128x256's 448 leave a partial wave; over 4-16 groups the waves even out, and 128x256 ran
-    1.10-1.26x faster, NOTES.md session 26); no split-K, stream-K or clusters; the L2 group and
-    pipeline depth as the dense GEMM's; the grid over all launched groups' tiles."""
+    1.19-1.27x faster than 128x128 in one launch on an H100, NOTES.md session 26); no split-K,
+    stream-K or clusters; the L2 group and pipeline depth as the dense GEMM's; the grid over all
+    launched groups' tiles."""
     k = _mean_k(ks, BLOCK_K_BF16)
     groups = min(num_groups, MAX_GROUPS_PER_LAUNCH)
     scored = []
@@ -271,6 +272,8 @@ _MAX_PACKED = 64
 
 def _make_plan(function: str, m: int, n: int, ks: list[int], starts: list[int], sfa, sfb,
                device_index: int, config: Bf16GemmConfig | None, probe_defines: tuple) -> _Plan:
+    if any(k % SCALE_GROUP for k in ks):   # as validation asks; a partial block would be dropped
+        raise ValueError(f"{function}: every k_g must be a multiple of {SCALE_GROUP} here, got {ks}")
     num_sms = settings._num_sms or settings.device_sm_count(device_index)
     chunks = launch_chunks(ks, starts)
     if config is None:
@@ -294,6 +297,8 @@ def _make_plan(function: str, m: int, n: int, ks: list[int], starts: list[int], 
 def _make_bf16_plan(function: str, m: int, n: int, ks: list[int], starts: list[int], out_dtype,
                     device_index: int, config: Bf16GemmConfig | None, probe_defines: tuple) -> _Plan:
     num_sms = settings._num_sms or settings.device_sm_count(device_index)
+    if any(k % BLOCK_K_BF16 for k in ks):   # validation asks for 128; a partial block would be dropped
+        raise ValueError(f"{function}: every k_g must be a multiple of {BLOCK_K_BF16} here, got {ks}")
     out_bytes = torch.finfo(out_dtype).bits // 8
     chunks = launch_chunks(ks, starts)
     a_k_major, b_k_major = m == 1, n == 1
