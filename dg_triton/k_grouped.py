@@ -103,9 +103,8 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, re
     m, n = problem.m, problem.n
     a_flat, b_flat = a_data.view(-1), b_data.view(-1)
     if backend != dispatch.PORTABLE:
-        key = (m, n, tuple(problem.ks), problem.device_index, sfa.stride(), sfb.stride())
-        sm90_k_grouped_gemm.run(function, a_flat, sfa, b_flat, sfb, d, m, n, list(problem.ks),
-                                list(problem.starts), key)
+        key = (m, n, problem.ks, problem.device_index, sfa.stride(), sfb.stride())
+        sm90_k_grouped_gemm.run(function, a_flat, sfa, b_flat, sfb, d, m, n, problem.ks, problem.starts, key)
         return
     from dg_triton.triton import gemm_portable  # imports Triton: only when used
     for g, (k, start) in enumerate(zip(problem.ks, problem.starts)):
@@ -154,8 +153,8 @@ def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, c
         d.copy_(c)
     m, n = problem.m, problem.n
     if backend != dispatch.PORTABLE:
-        key = (m, n, tuple(problem.ks), problem.device_index, d.dtype)
-        sm90_k_grouped_gemm.run_bf16(function, a, b, d, m, n, list(problem.ks), list(problem.starts), key)
+        key = (m, n, problem.ks, problem.device_index, d.dtype)
+        sm90_k_grouped_gemm.run_bf16(function, a, b, d, m, n, problem.ks, problem.starts, key)
         return
     from dg_triton.triton import gemm_portable  # imports Triton: only when used
     for g, (k, start) in enumerate(zip(problem.ks, problem.starts)):

@@ -111,10 +111,10 @@ def kernel_runs(monkeypatch):
     monkeypatch.setattr(dispatch, "backend", lambda function, device, available: dispatch.SM90)
 
     def fp8_run(function, a_flat, sfa, b_flat, sfb, d, m, n, ks, starts, key):
-        runs.append(("fp8", function, a_flat, sfa, b_flat, sfb, d, d.clone(), m, n, ks, starts, key))
+        runs.append(("fp8", function, a_flat, sfa, b_flat, sfb, d, d.clone(), m, n, list(ks), list(starts), key))
 
     def bf16_run(function, a, b, d, m, n, ks, starts, key, *rest):
-        runs.append(("bf16", function, a, b, d, d.clone(), m, n, ks, starts, key, rest))
+        runs.append(("bf16", function, a, b, d, d.clone(), m, n, list(ks), list(starts), key, rest))
     monkeypatch.setattr(sm90_k_grouped_gemm, "run", fp8_run)
     monkeypatch.setattr(sm90_k_grouped_gemm, "run_bf16", bf16_run)
     return runs

@@ -24,6 +24,12 @@ KERNEL_SYMBOL = "sm90_bf16_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
 
 
+def layout_tag(a_k_major: bool, b_k_major: bool, out_dtype: torch.dtype) -> str:
+    """The operand majors and D type in a BF16 kernel's name: "kk_bf16", "mn_fp32", ..."""
+    return (("k" if a_k_major else "m") + ("k" if b_k_major else "n")
+            + ("_bf16" if out_dtype == torch.bfloat16 else "_fp32"))
+
+
 @dataclass(frozen=True)
 class Bf16GemmKernelSpec:
     """Everything compiled into one kernel binary."""
@@ -40,9 +46,8 @@ class Bf16GemmKernelSpec:
     @property
     def name(self) -> str:
         c = self.config
-        layout = ("k" if self.a_k_major else "m") + ("k" if self.b_k_major else "n")
-        out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
-        return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
+        return (f"sm90_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_"
+                f"{layout_tag(self.a_k_major, self.b_k_major, self.out_dtype)}"
                 f"{'_acc' if self.accumulate else ''}{'_splitk' if self.split_k else ''}"
                 f"{'_sk' if c.stream_k else ''}"
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"

@@ -13,6 +13,7 @@ and built on a miss. Nothing is read from the device, so a call can be captured 
 import ctypes
 import dataclasses
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,8 @@ from dg_triton.heuristics.sm90 import (BLOCK_K_BF16, DEFAULT_L2_GROUP, Bf16GemmC
                                        make_fp8_config, with_l2_group, with_pipeline_depth)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, Launcher
-from dg_triton.kernels.sm90_bf16_gemm import _OUT_TYPES, _current_stream, _load_source, _output_params
+from dg_triton.kernels.sm90_bf16_gemm import (_OUT_TYPES, _current_stream, _load_source, _output_params,
+                                             layout_tag)
 from dg_triton.kernels.sm90_bf16_gemm import _operand_params as _bf16_operand_params
 from dg_triton.kernels.sm90_fp8_gemm import (SCALE_GROUP, Fp8GemmKernelSpec, _operand_params,
                                              _scale_params)
@@ -130,9 +132,8 @@ class KGroupedBf16GemmKernelSpec:
     @property
     def name(self) -> str:
         c = self.config
-        out = "bf16" if self.out_dtype == torch.bfloat16 else "fp32"
-        layout = ("k" if self.a_k_major else "m") + ("k" if self.b_k_major else "n")
-        return (f"sm90_k_grouped_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_{layout}_{out}"
+        return (f"sm90_k_grouped_bf16_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_"
+                f"{layout_tag(self.a_k_major, self.b_k_major, self.out_dtype)}"
                 f"_x{self.max_groups}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
@@ -353,7 +354,7 @@ def _launches(plan: _Plan, addresses: tuple) -> list:
 
 
 def run(function: str, a_flat: torch.Tensor, sfa: torch.Tensor, b_flat: torch.Tensor,
-        sfb: torch.Tensor, d: torch.Tensor, m: int, n: int, ks: list[int], starts: list[int],
+        sfb: torch.Tensor, d: torch.Tensor, m: int, n: int, ks: Sequence[int], starts: Sequence[int],
         key: tuple, config: Bf16GemmConfig | None = None, probe_defines: tuple = ()) -> None:
     """FP8: d[g] += A_g @ B_g^T for every group with K blocks, d already holding c.
 
@@ -376,7 +377,7 @@ def run(function: str, a_flat: torch.Tensor, sfa: torch.Tensor, b_flat: torch.Te
 
 
 def run_bf16(function: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int,
-             ks: list[int], starts: list[int], key: tuple, config: Bf16GemmConfig | None = None,
+             ks: Sequence[int], starts: Sequence[int], key: tuple, config: Bf16GemmConfig | None = None,
              probe_defines: tuple = ()) -> None:
     """BF16: d[g] += a[rows_g].T @ b[rows_g] for every group with K blocks, d already holding c.
 
