@@ -164,6 +164,113 @@ __device__ __forceinline__ void release_stage(uint64_t* empty, uint32_t cluster_
     }
 }
 
+// A consumer warpgroup with no rows to compute in a unit (the last tile of a masked group, or of
+// a psum layout, holding no more rows than the warpgroups before it) issues no wgmmas: it waits
+// for each of the unit's stages to land and hands it straight back, so the stage ring stays in
+// step with the producer and the other warpgroup has the tensor core and shared memory to
+// itself. (Waiting for the full barrier keeps this warpgroup's empty arrivals in the stage's
+// current phase: released ahead of its load, a stage's arrivals could complete the phase the
+// other warpgroup is still reading it in.)
+// Only schedulers whose units can end inside a tile (Sched::kPartialTiles) may do this, and only
+// in probe builds (DG_PROBE_PASS_STAGES, benchmarks/probe_grouped_tiles.py) until a form of it is
+// measured faster: passing without the meeting below ran the masked GEMMs up to 19 % slower than
+// computing the idle rows (benchmarks/NOTES.md, session 28), and the forms with it are not yet timed.
+#ifdef DG_PROBE_PASS_STAGES
+constexpr bool kPassIdleStages = true;
+#else
+constexpr bool kPassIdleStages = false;
+#endif
+
+template <class T>
+__device__ __forceinline__ void pass_stages(uint64_t* full, uint64_t* empty, PipelineState& pipe,
+                                            uint32_t num_k_blocks, uint32_t cluster_rank) {
+    for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        mbarrier_wait(&full[pipe.stage], pipe.phase);
+        release_stage<T>(&empty[pipe.stage], cluster_rank);
+        pipe.advance<T::kNumStages>();
+    }
+}
+
+// Whether the consumers of `Sched`'s units pass idle stages on (callers test it with `if
+// constexpr`, so the other kernels' code is exactly what it was without it).
+template <class Sched>
+__device__ constexpr bool passes_idle_stages() {
+    if constexpr (Sched::kGrouped)
+        return Sched::kPartialTiles && kPassIdleStages;
+    else
+        return false;
+}
+
+// Named barrier of the two consumer warpgroups at the end of a unit that left the second idle
+// (ids 1-2 are the epilogues' per-warpgroup barriers, 3-4 fp8_gemm.cuh's wave-turn probe).
+constexpr uint32_t kIdleUnitBarrier = 5;
+
+// Whether a unit leaves the second of two consumer warpgroups with nothing to compute while the
+// first computes its rows (block M 128, a last tile of 1 to 64 rows).
+template <class T, class Unit>
+__device__ __forceinline__ bool second_warpgroup_idle(const Unit& unit) {
+    return T::kNumMathWarpgroups == 2 && unit.rows_computed > 0 && unit.rows_computed <= 64;
+}
+
+// Both consumer warpgroups call this after a unit's K loop: after a unit that left the second
+// idle, they meet, so that it starts the next unit with the first. Started early, it takes each
+// of the next unit's stages the moment it lands, a ring's depth ahead of the first, which frees
+// the stage last; the two then stay out of step (the reading of session 28's loss, NOTES.md).
+// DG_PROBE_NO_IDLE_REJOIN: no meeting (the form measured slower).
+template <class T, class Unit>
+__device__ __forceinline__ void rejoin_after_unit(const Unit& unit) {
+#ifndef DG_PROBE_NO_IDLE_REJOIN
+    if (second_warpgroup_idle<T>(unit))
+        named_barrier_sync(kIdleUnitBarrier, 2 * 128);
+#endif
+}
+
+// Probe DG_PROBE_PARTNER_RELEASES: the idle warpgroup touches no barrier of the unit (it only
+// moves its ring position on); the computing one releases each stage for both (its warps arrive
+// twice). It needs the meeting at the unit's end: the idle one must not wait on a stage's full
+// barrier before that stage's earlier phase has completed (a parity wait would pass at once).
+#ifdef DG_PROBE_PARTNER_RELEASES
+#ifdef DG_PROBE_NO_IDLE_REJOIN
+#error "DG_PROBE_PARTNER_RELEASES needs the warpgroups to meet at the unit's end"
+#endif
+constexpr bool kPartnerReleases = true;
+#else
+constexpr bool kPartnerReleases = false;
+#endif
+
+// A computing consumer's stage release: for itself, or with kPartnerReleases for both warpgroups
+// when the unit leaves the second idle.
+template <class T, class Sched, class Unit>
+__device__ __forceinline__ void release_unit_stage(uint64_t* empty, uint32_t cluster_rank, const Unit& unit) {
+    if constexpr (passes_idle_stages<Sched>() && kPartnerReleases) {
+        if (second_warpgroup_idle<T>(unit)) {
+            if (lane_index() == 0)
+                mbarrier_arrive_count(empty, 2);
+            return;
+        }
+    }
+    release_stage<T>(empty, cluster_rank);
+}
+
+// Passes the unit's stages on when none of this warpgroup's 64 rows holds a product, and leaves
+// the unit with no K blocks for the consumer's loop; returns whether it did.
+template <class T, class Unit>
+__device__ __forceinline__ bool pass_stages_if_idle(Unit& unit, uint64_t* full, uint64_t* empty,
+                                                    PipelineState& pipe, uint32_t math_wg,
+                                                    uint32_t cluster_rank) {
+    if (unit.rows_computed > math_wg * 64)
+        return false;
+    if (kPartnerReleases && second_warpgroup_idle<T>(unit)) {
+        for (uint32_t kb = unit.k_block_begin; kb < unit.k_block_end; ++kb)
+            pipe.advance<T::kNumStages>();
+        unit.k_block_end = unit.k_block_begin;
+        return true;
+    }
+    pass_stages<T>(full, empty, pipe, unit.k_block_end - unit.k_block_begin, cluster_rank);
+    unit.k_block_end = unit.k_block_begin;
+    return true;
+}
+
 // ---- shared-memory plan and start-up --------------------------------------------------------------
 // Pointers into the dynamic shared memory per the traits' offsets; the base is rounded up to
 // 1024 bytes (the 128B-swizzle atom), which the traits' kSmemBytes budgets for.
