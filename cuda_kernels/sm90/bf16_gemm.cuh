@@ -144,8 +144,6 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
 
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
-        if constexpr (passes_idle_stages<Sched>())
-            pass_stages_if_idle<T>(unit, full, empty, pipe, math_wg, cluster_rank);
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
         // K loop so that a look-up in global memory (index layout) overlaps it; and zeros in the
         // accumulators, which a padding unit (no K blocks) stores as they are. (Zeroed in place
@@ -189,7 +187,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
             wgmma_wait_group<1>();
             wgmma_fence_operands<T::kBlockN / 2>(acc);
             if (kb > unit.k_block_begin)
-                release_unit_stage<T, Sched>(&empty[previous_stage], cluster_rank, unit);
+                release_stage<T>(&empty[previous_stage], cluster_rank);
             previous_stage = pipe.stage;
             pipe.advance<T::kNumStages>();
             if constexpr (kEarlyCLoad) {
@@ -202,9 +200,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         wgmma_wait_group<0>();
         wgmma_fence_operands<T::kBlockN / 2>(acc);
         if (!Sched::kGrouped || unit.k_block_begin < unit.k_block_end)
-            release_unit_stage<T, Sched>(&empty[previous_stage], cluster_rank, unit);
-        if constexpr (passes_idle_stages<Sched>())
-            rejoin_after_unit<T>(unit);
+            release_stage<T>(&empty[previous_stage], cluster_rank);
         if constexpr (kEarlyCLoad) {
             if (c_block == unit.k_block_end)   // the loop did not load c
                 load_c();

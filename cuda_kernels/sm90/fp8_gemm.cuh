@@ -497,11 +497,6 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
-        if constexpr (passes_idle_stages<Sched>()) {
-            // (Every issued block of the previous unit is promoted: `done` is level with `pipe`.)
-            if (pass_stages_if_idle<T>(unit, plan.full, plan.empty, pipe, math_wg, cluster_rank))
-                done = pipe;
-        }
         const uint32_t n0 = unit.n_block * T::kBlockN;
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
         // K loop so that an index-layout look-up overlaps it.
@@ -545,7 +540,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         auto promote_block = [&](float* block_partial, uint32_t wave = 0) {
             wgmma_fence_operands<T::kBlockN / 2>(block_partial);
             if (wave == T::kRowWaves - 1) {
-                release_unit_stage<T, Sched>(&plan.empty[done.stage], cluster_rank, unit);
+                release_stage<T>(&plan.empty[done.stage], cluster_rank);
                 done.advance<T::kNumStages>();
             }
             Promotion<T>::promote(acc[wave], block_partial, n0, block_scales.current, wave);
@@ -627,8 +622,6 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         } else {
             run_k_blocks(unit.k_block_begin, unit.k_block_end);
         }
-        if constexpr (passes_idle_stages<Sched>())
-            rejoin_after_unit<T>(unit);
         // (A unit without K blocks, a grouped padding tile, stores its zeros.) Storing this tile
         // in the next tile's first chain, under its first block's wgmmas, measured slower on the
         // H200 (K=2048: 116.8 vs 106.1 us; NOTES.md) and was removed.

@@ -68,9 +68,6 @@ struct ContiguousGroupedScheduler {
     using Unit = GroupedWorkUnit;
     using Tiles = PersistentTileScheduler<kBlockM, kBlockN, kGroupM, 1, 1>;
     static constexpr bool kGrouped = true;
-    // Whether a unit's product may end inside its tile (pass_stages_if_idle): psum units end at
-    // the group's last row; index-layout units hold a whole tile or nothing.
-    static constexpr bool kPartialTiles = kPsumLayout;
 
     const int32_t* layout;      // [M] group per row (index layout) or [G] end rows (psum)
     uint32_t num_groups, m, n, k, mk_alignment;
@@ -170,7 +167,6 @@ struct MaskedGroupedScheduler {
     using Unit = GroupedWorkUnit;
     using Tiles = PersistentTileScheduler<kBlockM, kBlockN, kGroupM, 1, 1>;
     static constexpr bool kGrouped = true;
-    static constexpr bool kPartialTiles = true;   // a group's last tile ends at masked_m[g]
 
     const int32_t* masked_m;
     uint32_t num_groups, max_m, n, k, num_k_blocks, num_n_blocks;
