@@ -30,11 +30,13 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 import dg_triton  # noqa: E402
 from dg_triton import reference_grouped  # noqa: E402
+from dg_triton.kernels import sm90_grouped_gemm  # noqa: E402
 from dg_triton.testing import calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils import layout as mk_layout  # noqa: E402
 from dg_triton.utils.math import align, ceil_div  # noqa: E402
 from test_fp8_gemm_kernel_gpu import scale_groups_apart  # noqa: E402
-from test_grouped_gemm_gpu import (group_sizes, index_layout, is_nan, nan_like, psum_layout,  # noqa: E402
+from test_grouped_gemm_gpu import (LAST_TILE_EDGES, group_sizes, index_layout, is_nan,  # noqa: E402
+                                   last_plan_block_m, nan_like, psum_layout,
                                    seed_and_settings)  # noqa: F401 (autouse fixture: seed, backend, alignment)
 
 THRESHOLD = 1e-3
@@ -231,6 +233,27 @@ def test_masked_max_m_not_a_multiple_of_the_block_keeps_other_groups_intact():
     """max_m = 200: a group's last block reaches into the next group's rows of the [G * max_m] view."""
     run_masked(5, 200, 1024, 512, [200, 199, 1, 65, 130], 20)
     run_masked(5, 200, 1024, 512, [200, 199, 1, 65, 130], 200)
+
+
+@pytest.mark.parametrize("num_sms", [0, 5])   # all SMs; 5, so each CTA runs many units in a row
+def test_masked_last_tiles_on_both_sides_of_a_warpgroup(num_sms):
+    """Last tiles of 1 to 320 rows at block M 128 (test_grouped_gemm_gpu.LAST_TILE_EDGES), on both
+    sides of the second consumer warpgroup's first row."""
+    dg_triton.set_num_sms(num_sms)
+    try:
+        run_masked(len(LAST_TILE_EDGES), 384, 1024, 1024, LAST_TILE_EDGES, 200)
+        assert last_plan_block_m(sm90_grouped_gemm._fp8_plans) == 128, "the test needs 128-row tiles"
+    finally:
+        dg_triton.set_num_sms(0)
+
+
+def test_psum_last_tiles_on_both_sides_of_a_warpgroup():
+    dg_triton.set_num_sms(5)
+    try:
+        run_contiguous_psum(LAST_TILE_EDGES, 1024, 1024, alignment=128, expected_m=200)
+        assert last_plan_block_m(sm90_grouped_gemm._fp8_plans) == 128, "the test needs 128-row tiles"
+    finally:
+        dg_triton.set_num_sms(0)
 
 
 def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():

@@ -27,6 +27,7 @@ if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 import dg_triton  # noqa: E402
 from dg_triton import dispatch, reference_grouped  # noqa: E402
+from dg_triton.kernels import sm90_grouped_gemm  # noqa: E402
 from dg_triton.testing import calc_diff, capture_graph  # noqa: E402
 from dg_triton.utils import layout as mk_layout  # noqa: E402
 from dg_triton.utils.math import align  # noqa: E402
@@ -166,7 +167,6 @@ def test_sm90_dispatches_the_grouped_gemms_to_cuda_and_dg_backend_triton_to_port
     for function in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous",
                      "m_grouped_bf16_gemm_nt_masked"):
         assert dispatch.backend(function, device, (dispatch.SM90,)) == dispatch.SM90
-    from dg_triton.kernels import sm90_grouped_gemm
     run_contiguous_index([300, 77], 512, 256)
     assert any(plan is not sm90_grouped_gemm._UNSUPPORTED for plan in sm90_grouped_gemm._plans.values())
     monkeypatch.setenv("DG_BACKEND", "triton")
@@ -275,6 +275,38 @@ def test_masked_max_m_not_a_multiple_of_block_m_keeps_other_groups_intact(expect
     """max_m = 200: a group's last tile reaches into the next group's rows of the [G * max_m] view;
     only rows below masked_m may be written."""
     run_masked(5, 200, 1024, 512, [200, 199, 1, 65, 130], expected_m)
+
+
+# Last-tile row counts around the 64-row edge between a 128-row tile's two consumer warpgroups (one
+# more and one fewer than 64, whole tiles, an empty group): the second warpgroup's rows are cut off
+# or absent, and only rows below the group's end may be stored. (The form of the kernel in which
+# that warpgroup skips such a unit's MMAs, timed no faster, is on branch session28-pass-stages.)
+LAST_TILE_EDGES = [1, 63, 64, 65, 127, 128, 129, 192, 193, 255, 0, 320]
+
+
+def last_plan_block_m(plans):
+    made = [plan for plan in plans.values() if plan is not sm90_grouped_gemm._UNSUPPORTED]
+    return made[-1].spec.config.block_m
+
+
+@pytest.mark.parametrize("num_sms", [0, 5])   # all SMs; 5, so each CTA runs many units in a row
+def test_masked_last_tiles_on_both_sides_of_a_warpgroup(num_sms):
+    dg_triton.set_num_sms(num_sms)
+    try:
+        run_masked(len(LAST_TILE_EDGES), 384, 1024, 1024, LAST_TILE_EDGES, 200)
+        assert last_plan_block_m(sm90_grouped_gemm._plans) == 128, "the test needs 128-row tiles"
+    finally:
+        dg_triton.set_num_sms(0)
+
+
+@pytest.mark.parametrize("ensure_zero_padding", [False, True])
+def test_psum_last_tiles_on_both_sides_of_a_warpgroup(ensure_zero_padding):
+    dg_triton.set_num_sms(5)
+    try:
+        run_contiguous_psum(LAST_TILE_EDGES, 1024, 1024, ensure_zero_padding, alignment=128, expected_m=200)
+        assert last_plan_block_m(sm90_grouped_gemm._plans) == 128, "the test needs 128-row tiles"
+    finally:
+        dg_triton.set_num_sms(0)
 
 
 def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():

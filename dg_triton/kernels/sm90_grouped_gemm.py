@@ -41,6 +41,16 @@ INDEX, PSUM, MASKED = "index", "psum", "masked"
 _BLOCK_K = 64
 
 
+def _probe_suffix(probe_defines: tuple) -> str:
+    """A probe build's kernel-name suffix: its macros, lower-cased (none for the API's builds)."""
+    return "".join(f"_{d.lower()}" for d in probe_defines)
+
+
+def _probe_lines(probe_defines: tuple) -> str:
+    """A probe build's `#define`s, put before the kernel headers."""
+    return "".join(f"#define {d} 1\n" for d in probe_defines)
+
+
 def _scheduler_source(layout: str, c: Bf16GemmConfig, b_k_major: str, zero_gaps: str) -> tuple[str, str]:
     """The grouped scheduler's C++ type and constructor arguments (names of the kernel's
     parameters and locals) for a layout; `zero_gaps`: the expression for the psum gap rule."""
@@ -61,12 +71,13 @@ class GroupedGemmKernelSpec:
     b_k_major: bool = True
     shape_n: int = 0      # 0: passed at run time (compiled_dims)
     shape_k: int = 0
+    probe_defines: tuple = ()  # macros of probe builds (benchmarks/probe_grouped_tiles.py); never set by the API
 
     @property
     def name(self) -> str:
         c = self.config
         return (f"sm90_m_grouped_bf16_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
-                f"_{'k' if self.b_k_major else 'n'}")
+                f"_{'k' if self.b_k_major else 'n'}{_probe_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
@@ -78,7 +89,7 @@ class GroupedGemmKernelSpec:
         b_k_major = "true" if self.b_k_major else "false"
         scheduler, scheduler_args = _scheduler_source(self.layout, c, b_k_major, "zero_gaps")
         return f'''// {self.name}
-#include "sm90/bf16_gemm.cuh"
+{_probe_lines(self.probe_defines)}#include "sm90/bf16_gemm.cuh"
 #include "sm90/scheduler_grouped.cuh"
 
 using Traits = dg::sm90::Bf16GemmTraits<
@@ -248,11 +259,13 @@ class GroupedFp8GemmKernelSpec:
     layout: str           # INDEX, PSUM or MASKED
     shape_n: int = 0      # 0: passed at run time (compiled_dims)
     shape_k: int = 0
+    probe_defines: tuple = ()  # macros of probe builds (benchmarks/probe_grouped_tiles.py); never set by the API
 
     @property
     def name(self) -> str:
         c = self.config
-        return f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
+        return (f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
+                f"{_probe_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
@@ -263,7 +276,7 @@ class GroupedFp8GemmKernelSpec:
         c = self.config
         scheduler, scheduler_args = _scheduler_source(self.layout, c, "true", "0")
         return f'''// {self.name}
-#include "sm90/fp8_gemm.cuh"
+{_probe_lines(self.probe_defines)}#include "sm90/fp8_gemm.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, false, __nv_bfloat16, false, false, {c.group_m}, 1, 1,
