@@ -2,7 +2,7 @@
 
 The masked GEMM with 32 groups at the ANCHORS.md (N, K) pairs, one kernel binary for every variant
 (expected_m fixed, so the same tile is chosen), only masked_m changing:
-- "random": masked_m = int(192 * U(0.7, 1.3)) per group (the bench's draw);
+- "random": masked_m = int(192 * U(0.7, 1.3)) per group (the bench's distribution, seeded);
 - "all 256", "all 192", "all 128": every group that many rows (at 128-row tiles: two full units,
   one full and one of 64 rows, one full unit per group).
 "all 192" against "all 256" is the cost of a 64-row last unit against a full one (same unit count);
