@@ -2,7 +2,8 @@
 beside the tile the heuristics choose.
 
 FP8 (contiguous and masked): each variant's plan is made with choose_m_grouped_fp8_config patched
-to return that tile (block M and N given, the most stages that fit, the chosen grid), checked
+to return that tile (block M and N given, the most stages that fit, the chosen grid; "64xBNc" a
+column-split tile, fp8_gemm.cuh kSplitColumns, "64xBNcsS" one with S stages), checked
 against the reference inside bench_grouped's case (NaN-poisoned output). BF16 (--family bf16,
 masked only): the heuristics' tile, checked against the reference here. A variant "TILE+MACRO[+MACRO]"
 (e.g. "chosen+FFMA_YIELD_FRONT") also compiles the kernel with DG_PROBE_MACRO defined. The variants
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import functools
 import random
+import re
 import statistics
 import sys
 from dataclasses import replace
@@ -33,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bench_grouped  # noqa: E402
 import dg_triton  # noqa: E402
 from dg_triton import reference_grouped, testing  # noqa: E402
-from dg_triton.heuristics.sm90 import make_fp8_config  # noqa: E402
+from dg_triton.heuristics.sm90 import make_fp8_config, make_fp8_split_columns_config  # noqa: E402
 from dg_triton.kernels import sm90_grouped_gemm  # noqa: E402
 from shapes import GROUPED_CONTIGUOUS_GM, GROUPED_NK  # noqa: E402
 
@@ -56,7 +58,12 @@ def forced_variant(variant):
 
     def forced(kind, num_groups, rows_per_group, rows, n, k, num_sms, mk_alignment=None):
         config = original(kind, num_groups, rows_per_group, rows, n, k, num_sms, mk_alignment)
-        block_m, block_n = (int(x) for x in tile.split("x"))
+        block_m, block_n, split, stages = re.fullmatch(r"(\d+)x(\d+)(c)?(?:s(\d+))?", tile).groups()
+        block_m, block_n = int(block_m), int(block_n)
+        if split:
+            made = make_fp8_split_columns_config(block_n, num_sms, int(stages) if stages else None)
+            tiles = num_groups * -(-rows // 64) * -(-n // block_n)
+            return replace(made, num_sms=min(num_sms, tiles)) if made is not None else None
         made = make_fp8_config("1d2d", block_m, n, block_m, block_n, 1, k, 2, num_sms)
         return replace(made, num_sms=config.num_sms) if made is not None else None
 
@@ -111,7 +118,7 @@ def build(family, layout, groups, expected, n, k):
         plans = list(sm90_grouped_gemm._fp8_plans.values())
     spec = plans[-1].spec
     c = spec.config
-    name = f"{c.block_m}x{c.block_n}s{c.num_stages}" + "".join(
+    name = f"{c.block_m}x{c.block_n}{'c' if c.split_columns else ''}s{c.num_stages}" + "".join(
         f"+{d.removeprefix('DG_PROBE_')}" for d in spec.probe_defines)
     return ours, flops, name, anchor
 

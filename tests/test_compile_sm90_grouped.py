@@ -157,6 +157,12 @@ def _fp8_variants():
                     continue  # never chosen: spills (choose_m_grouped_fp8_config)
                 spec = GroupedFp8GemmKernelSpec(config, layout)
                 specs[spec.source()] = spec  # one per binary
+    # Column-split tiles (kSplitColumns): each warpgroup m64n(block_n / 2); at the widest, both
+    # stage counts that fit beside whole-row and one-slab staging.
+    for block_n, num_stages in ((256, None), (256, 4), (192, None), (128, 6)):
+        config = heuristics.make_fp8_split_columns_config(block_n, _NUM_SMS, num_stages)
+        spec = GroupedFp8GemmKernelSpec(config, MASKED)
+        specs[spec.source()] = spec
     return sorted(specs.values(), key=lambda spec: (spec.name, spec.shape_n, spec.shape_k))
 
 
@@ -173,7 +179,8 @@ def test_grouped_fp8_variant_compiles_without_spills_with_qgmma_and_tma(spec):
     if compiler.cuobjdump_path() is None:
         return
     sass = compiler.disassemble(compiled.entry_dir / "kernel.cubin")
-    assert f"QGMMA.64x{spec.config.block_n}x32.F32.E4M3.E4M3" in sass, sorted(set(re.findall(r"QGMMA\.\S+", sass)))
+    mma_n = spec.config.block_n // (2 if spec.config.split_columns else 1)   # one warpgroup's columns
+    assert f"QGMMA.64x{mma_n}x32.F32.E4M3.E4M3" in sass, sorted(set(re.findall(r"QGMMA\.\S+", sass)))
     assert "UTMALDG" in sass and "UTMASTG" in sass, f"{compiled.name}: TMA load/store missing"
     assert "CALL.ABS" not in sass, f"{compiled.name}: calls a fallback (wrong architecture?)"
     if spec.layout != INDEX:

@@ -18,6 +18,8 @@ fails. The main shape tests also compare with the unquantized BF16 inputs (API.m
 FP8 error included). Shapes: API.md 8's grouped lists (tests/shapes.py), the contiguous expected m
 divided by GROUPED_GPU_TEST_M_DIVISOR so each case runs in about a second.
 """
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -270,3 +272,60 @@ def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():
         torch.cuda.synchronize()
         expected = reference_grouped.m_grouped_fp8_masked_reference(a_fp8, b_fp8, d, masked_m)
         check_masked(d, expected, masked_m, max_m, f"replay masked_m={counts}")
+
+
+# ---- column-split tiles (fp8_gemm.cuh kSplitColumns) ---------------------------------------------
+
+@pytest.fixture
+def forced_split_columns(monkeypatch):
+    """Makes the masked FP8 plans of the test use a column-split tile: call with (block_n, stages)."""
+    from dg_triton.heuristics import sm90 as heuristics
+
+    def force(block_n, num_stages=None):
+        config = heuristics.make_fp8_split_columns_config(block_n, 132, num_stages)
+        assert config is not None
+
+        def chosen(kind, num_groups, rows_per_group, rows, n, k, num_sms, mk_alignment=None):
+            tiles = num_groups * ceil_div(rows, 64) * ceil_div(n, block_n)
+            return replace(config, num_sms=max(1, min(num_sms, tiles)))
+        monkeypatch.setattr(sm90_grouped_gemm, "choose_m_grouped_fp8_config", chosen)
+        sm90_grouped_gemm._fp8_plans.clear()
+    yield force
+    sm90_grouped_gemm._fp8_plans.clear()
+
+
+@pytest.mark.parametrize("num_sms", [0, 5])
+@pytest.mark.parametrize("block_n,num_stages", [(256, None), (256, 4), (192, None), (128, 6)])
+def test_masked_column_split_tiles_match_reference(forced_split_columns, block_n, num_stages, num_sms):
+    """Last tiles of every size around the 64-row unit, N whose last tile leaves the second
+    warpgroup's half partly or wholly past N, and the API shapes' N and K, on all SMs and on 5 (each
+    CTA then runs many units in a row)."""
+    forced_split_columns(block_n, num_stages)
+    dg_triton.set_num_sms(num_sms)
+    try:
+        run_masked(len(LAST_TILE_EDGES), 384, 1024 + 64, 1024, LAST_TILE_EDGES, 200)
+        plan = [p for p in sm90_grouped_gemm._fp8_plans.values()][-1]
+        assert plan.spec.config.split_columns and plan.spec.config.block_n == block_n
+        run_masked(len(LAST_TILE_EDGES), 384, 1024 + block_n // 2 + 32, 640, LAST_TILE_EDGES, 200)
+        run_masked(4, 320, 4096, 7168, [1, 192, 230, 320], 230, tma_aligned_sfa=True)
+    finally:
+        dg_triton.set_num_sms(0)
+
+
+def test_masked_column_split_tiles_in_a_cuda_graph(forced_split_columns):
+    forced_split_columns(256)
+    num_groups, max_m, n, k = 6, 512, 2048, 1024
+    _, a_fp8 = quantized_masked_a(num_groups, max_m, k, tma_aligned_sfa=True)
+    _, b_fp8 = quantized_b(num_groups, n, k)
+    d = nan_like((num_groups, max_m, n))
+    masked_m = torch.tensor([10] * num_groups, dtype=torch.int32, device="cuda")
+    graph = capture_graph(lambda: dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 200))
+    for counts in ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2]):
+        d.fill_(float("nan"))
+        masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = reference_grouped.m_grouped_fp8_masked_reference(a_fp8, b_fp8, d, masked_m)
+        check_masked(d, expected, masked_m, max_m, f"split-column replay masked_m={counts}")
+    # Rows at or past masked_m are not written at all (the last unit stores its rows by plain stores).
+    assert is_nan(d[1]) and is_nan(d[3, 17:]) and is_nan(d[5, 2:])

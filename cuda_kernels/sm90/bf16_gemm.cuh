@@ -213,8 +213,9 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                                     &last_flags[math_wg], /*barrier_id=*/1 + math_wg);
         } else if constexpr (Sched::kGrouped) {
             store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
-                acc, keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64,
-                unit.n_block * T::kBlockN, staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
+                acc, keep_row, unit.rows_written, /*row_slice=*/math_wg, math_wg,
+                scheduler.a_row(unit) + math_wg * 64, unit.n_block * T::kBlockN,
+                staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                 &epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);
         } else {

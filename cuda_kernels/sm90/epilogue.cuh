@@ -322,10 +322,13 @@ struct RowLimitedStoreEpilogue {
 // are all stored goes through the TMA-store epilogue, one with fewer (the last tile of a masked
 // group, the end of a psum layout) through RowLimitedStoreEpilogue, because a TMA box cannot leave
 // rows inside the tensor unwritten. row0: the warpgroup's first row of D; rows_written: the
-// unit's stored rows from the tile's first.
+// unit's stored rows from the tile's first; row_slice: which 64 of the tile's rows the warpgroup
+// holds (its index, but 0 for both warpgroups of a column-split FP8 tile); math_wg names its
+// barrier.
 template <class Epilogue, typename OutT, uint32_t kBlockN>
 __device__ __forceinline__ void store_grouped_rows(float* acc, const bool (&keep_row)[2],
-                                                   uint32_t rows_written, uint32_t math_wg,
+                                                   uint32_t rows_written, uint32_t row_slice,
+                                                   uint32_t math_wg,
                                                    uint32_t row0, uint32_t col0, uint8_t* staging,
                                                    uint64_t* load_barrier, uint32_t& load_phase,
                                                    const TmaDescriptor* tma_d, OutT* d, uint32_t ld_d,
@@ -337,7 +340,7 @@ __device__ __forceinline__ void store_grouped_rows(float* acc, const bool (&keep
 #pragma unroll
             for (uint32_t j = 0; j < 2; ++j)
                 acc[t * 4 + half * 2 + j] = keep_row[half] ? acc[t * 4 + half * 2 + j] : 0.0f;
-    const uint32_t rows = rows_written > math_wg * 64 ? min(rows_written - math_wg * 64, 64u) : 0u;
+    const uint32_t rows = rows_written > row_slice * 64 ? min(rows_written - row_slice * 64, 64u) : 0u;
     if (rows == 64) {
         Epilogue::store(acc, staging, load_barrier, load_phase, tma_d, row0, col0,
                         /*barrier_id=*/1 + math_wg);

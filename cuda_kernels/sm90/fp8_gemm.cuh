@@ -45,7 +45,7 @@ namespace dg::sm90 {
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kScaleBPerColumn_,
           typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_, uint32_t kClusterM_,
           uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_,
-          bool kStreamK_ = false>
+          bool kStreamK_ = false, bool kSplitColumns_ = false>
 struct Fp8GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     // false: "1D2D", one sfb per 128x128 block of B; true: "1D1D", one per column per 128 of K.
@@ -73,9 +73,19 @@ struct Fp8GemmTraits {
     // promotes its waves one after the other (one partial set, one accumulator set per wave),
     // while the other warpgroup's wgmmas keep the tensor core busy. Against 128-row tiles it
     // reads each B tile for twice the rows: a quarter fewer shared-memory and L2 bytes per FLOP.
+    // kSplitColumns (64-row tiles of the M-grouped GEMMs): the two warpgroups take the tile's
+    // two column halves instead, each m64n(BLOCK_N/2) per K block, the work of a 128-row tile's
+    // warpgroup. A masked group then rounds its rows up to 64, not 128, without leaving a
+    // warpgroup idle (a 64-row tile with one warpgroup cannot keep the tensor core busy).
+    static constexpr bool kSplitColumns = kSplitColumns_;
     static constexpr uint32_t kNumRowSlices = kBlockM / 64;
-    static constexpr uint32_t kNumMathWarpgroups = kNumRowSlices < 2 ? kNumRowSlices : 2;
-    static constexpr uint32_t kRowWaves = kNumRowSlices / kNumMathWarpgroups;
+    static constexpr uint32_t kNumMathWarpgroups =
+        kSplitColumns ? 2 : kNumRowSlices < 2 ? kNumRowSlices : 2;
+    static constexpr uint32_t kRowWaves = kSplitColumns ? 1 : kNumRowSlices / kNumMathWarpgroups;
+    // The columns one warpgroup computes, and its 64-row staging slices (one per warpgroup and
+    // row wave).
+    static constexpr uint32_t kWarpgroupN = kSplitColumns ? kBlockN / 2 : kBlockN;
+    static constexpr uint32_t kNumStagingSlices = kNumMathWarpgroups * kRowWaves;
     static constexpr uint32_t kNumThreads = 128 * (1 + kNumMathWarpgroups);
 
     static constexpr uint32_t kTileABytes = kBlockM * kBlockK;
@@ -98,18 +108,22 @@ struct Fp8GemmTraits {
         kNumStages * (kTileABytes + kTileBBytes + kScaleStageBytes) + kNumBarriers * 8 +
         kNumMathWarpgroups * 4 + 1024;
     using Epilogue = SwizzledTmaStoreEpilogue<
-        OutT, kBlockN, kAccumulate,
-        kSplitK ? 0xffffffffu : staging_room_slabs<OutT, kBlockN>(kNonStagingBytes, kNumRowSlices),
+        OutT, kWarpgroupN, kAccumulate,
+        kSplitK ? 0xffffffffu
+                : staging_room_slabs<OutT, kWarpgroupN>(kNonStagingBytes, kNumStagingSlices),
         /*kWholeRowsForC=*/true>;
     using SplitEpilogue = SplitKEpilogue<OutT, kBlockN, kNumMathWarpgroups, kAccumulate>;
-    using Mma = WgmmaFp8<kBlockN>;
+    using Mma = WgmmaFp8<kWarpgroupN>;
 
 
-    // 1D2D: how many 128-column scale blocks of B a tile can overlap. Tiles start at multiples of
-    // BLOCK_N, so a tile's offset inside its first scale block is a multiple of gcd(BLOCK_N, 128).
-    static constexpr uint32_t kScaleAlign = (kBlockN % 128 == 0) ? 128 : (kBlockN % 64 == 0) ? 64
-                                          : (kBlockN % 32 == 0) ? 32 : 16;
-    static constexpr uint32_t kScaleBlocksPerTile = (kScaleGroup - kScaleAlign + kBlockN - 1) / kScaleGroup + 1;
+    // 1D2D: how many 128-column scale blocks of B a warpgroup's columns can overlap. They start at
+    // multiples of kWarpgroupN (tiles at multiples of BLOCK_N), so their offset inside the first
+    // scale block is a multiple of gcd(kWarpgroupN, 128).
+    static constexpr uint32_t kScaleAlign = (kWarpgroupN % 128 == 0) ? 128
+                                          : (kWarpgroupN % 64 == 0) ? 64
+                                          : (kWarpgroupN % 32 == 0) ? 32 : 16;
+    static constexpr uint32_t kScaleBlocksPerTile =
+        (kScaleGroup - kScaleAlign + kWarpgroupN - 1) / kScaleGroup + 1;
 
     // Whether a second set of partial sums lets one K block's wgmmas run under the previous
     // block's promotion: acc plus two partial sets (3 x BLOCK_N / 2 FP32) plus the block's
@@ -117,8 +131,8 @@ struct Fp8GemmTraits {
     // under kConsumerRegisters, checked by the compile tests), and a
     // 1D2D tile must sit in one scale block (with several tile offsets, 64x96 ran out of
     // registers for the wgmma pipeline: ptxas C7511).
-    static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kBlockN / 4 + 2 : 4;
-    static constexpr bool kOverlapPromotion = 3 * kBlockN / 2 + kNumScaleRegisters <= 200 &&
+    static constexpr uint32_t kNumScaleRegisters = kScaleBPerColumn ? kWarpgroupN / 4 + 2 : 4;
+    static constexpr bool kOverlapPromotion = 3 * kWarpgroupN / 2 + kNumScaleRegisters <= 200 &&
                                               (kScaleBPerColumn || kScaleBlocksPerTile == 1) &&
                                               kRowWaves == 1
 #ifdef DG_PROBE_NO_PROMOTION_OVERLAP   // probe builds (benchmarks/probe_fp8.py) only
@@ -144,13 +158,13 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kTileABytes;
     static constexpr uint32_t kOffsetStaging = kOffsetB + kNumStages * kTileBBytes;
     static constexpr uint32_t kOffsetScales =
-        kOffsetStaging + (kSplitK ? 0 : kNumRowSlices * Epilogue::kBytesPerWarpgroup);
+        kOffsetStaging + (kSplitK ? 0 : kNumStagingSlices * Epilogue::kBytesPerWarpgroup);
     static constexpr uint32_t kOffsetBarriers = kOffsetScales + kNumStages * kScaleStageBytes;
     static constexpr uint32_t kOffsetFlags = kOffsetBarriers + kNumBarriers * 8;  // split-K "last" flags
     static constexpr uint32_t kSmemBytes = kOffsetFlags + kNumMathWarpgroups * 4 + 1024;  // + align
 
     // Registers: each consumer thread holds kRowWaves accumulator sets and one or
-    // (kOverlapPromotion) two partial sets, each BLOCK_N/2 FP32 values.
+    // (kOverlapPromotion) two partial sets, each kWarpgroupN/2 FP32 values.
     // Two consumer warpgroups leave the producer 40 (128 x 40 + 256 x 232 <= 64K registers); with
     // one there is room for more, which the masked scheduler's producer needs with K compiled in
     // as 2048 and 8 stages (at 40 it spilled 160 B, tests/test_compile_sm90_grouped.py).
@@ -164,6 +178,10 @@ struct Fp8GemmTraits {
                   "256-row tiles: 1D2D, no split-K or cluster, block N <= 128 (registers: "
                   "two accumulator sets and a partial set)");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "block N is a multiple of 16 up to 256");
+    static_assert(!kSplitColumns || (kBlockM == 64 && kBlockN % 32 == 0 && !kScaleBPerColumn &&
+                                     !kAccumulate && !kSplitK && !kStreamK && kClusterSize == 1),
+                  "column-split tiles: 64 rows, halves of a multiple of 16 columns, 1D2D, no "
+                  "split-K, stream-K or cluster");
     static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs, along M or N");
     static_assert(!kStreamK || (!kSplitK && kClusterSize == 1 && kRowWaves == 1),
                   "stream-K: no split-K, no clusters, no 256-row tiles");
@@ -243,7 +261,7 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 // DG_PROBE_1D1D_NO_SCALES adds the partial sums unscaled (Promotion::promote).
 template <class T>
 struct BlockScales {
-    static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kBlockN / 4 : T::kScaleBlocksPerTile;
+    static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kWarpgroupN / 4 : T::kScaleBlocksPerTile;
     float a[T::kRowWaves][2];   // per row wave, the thread's two fragment rows
     float b[kNumB];
 
@@ -252,8 +270,8 @@ struct BlockScales {
     // others are 8t columns on).
     struct SlotOffsets {
         uint32_t a, b;
-        __device__ __forceinline__ explicit SlotOffsets(uint32_t math_wg)
-            : a((math_wg * T::kRowWaves * 64 + fragment_row(0)) * 4),
+        __device__ __forceinline__ explicit SlotOffsets(uint32_t row_slice)
+            : a((row_slice * T::kRowWaves * 64 + fragment_row(0)) * 4),
               b(T::kScaleABytes + fragment_col(0) * 4) {}
     };
 
@@ -267,7 +285,7 @@ struct BlockScales {
 #if !defined(DG_PROBE_1D1D_SCALE_A_ONLY) && !defined(DG_PROBE_1D1D_NO_SCALES)
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
-            for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
+            for (uint32_t t = 0; t < T::kWarpgroupN / 8; ++t) {
                 const float2 pair = ld_shared_f32x2(slot + offsets.b + t * 8 * 4);
                 b[2 * t] = pair.x;
                 b[2 * t + 1] = pair.y;
@@ -348,7 +366,7 @@ struct Promotion {
         const float* b = scales.b;
         if constexpr (T::kScaleBPerColumn) {
 #pragma unroll
-            for (uint32_t t = 0; t < T::kBlockN / 8; ++t)
+            for (uint32_t t = 0; t < T::kWarpgroupN / 8; ++t)
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const uint32_t r = t * 4 + half * 2;
@@ -386,7 +404,7 @@ struct Promotion {
                                                         const float (&scale)[2][kNumB]) {
         constexpr uint32_t kStart = kOffset * T::kScaleAlign;   // tile column 0 in its scale block
 #pragma unroll
-        for (uint32_t t = 0; t < T::kBlockN / 8; ++t) {
+        for (uint32_t t = 0; t < T::kWarpgroupN / 8; ++t) {
             // An 8-column group never straddles a scale block (kStart and 8t are multiples of 8).
             const uint32_t j = kNumB == 1 ? 0 : (kStart + t * 8) / T::kScaleGroup;
 #pragma unroll
@@ -435,9 +453,10 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     static_assert(!Sched::kGrouped || (!T::kSplitK && !T::kAccumulate && T::kClusterSize == 1 &&
                                        !T::kScaleBPerColumn && T::kRowWaves == 1),
                   "M-grouped FP8: 1D2D, no split-K, no accumulation, no clusters, block M <= 128");
+    static_assert(!T::kSplitColumns || Sched::kGrouped, "column-split tiles: M-grouped GEMMs only");
     setmaxnreg_inc<T::kConsumerRegisters>();
-    float acc[T::kRowWaves][T::kBlockN / 2];
-    float partial[T::kNumPartials][T::kBlockN / 2];
+    float acc[T::kRowWaves][T::kWarpgroupN / 2];
+    float partial[T::kNumPartials][T::kWarpgroupN / 2];
     // Stage ring positions: the next K block to issue, and the oldest issued one not yet promoted
     // (one behind when promotion overlaps the next block's wgmmas).
     PipelineState pipe, done;
@@ -461,13 +480,18 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr bool kWaveTurns = false;
 #endif
     [[maybe_unused]] bool first_turn = math_wg == 0;
-    // This warpgroup's rows of A: kRowWaves slices of 64 rows of 128 B.
+    // The warpgroup's 64-row slice of the tile (0 for both with kSplitColumns) and its first
+    // column in the tile (the second half's for warpgroup 1 with kSplitColumns).
+    const uint32_t row_slice = T::kSplitColumns ? 0 : math_wg;
+    const uint32_t col_offset = T::kSplitColumns ? math_wg * T::kWarpgroupN : 0;
+    // This warpgroup's rows of A (kRowWaves slices of 64 rows of 128 B) and of B (kWarpgroupN
+    // rows of 128 B: whole 8-row swizzle atoms, as kWarpgroupN is a multiple of 16).
     const uint64_t desc_a0 =
-        smem_descriptor_sw128(smem_addr(plan.tiles_a) + math_wg * T::kRowWaves * 64 * 128, 16);
-    const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b), 16);
+        smem_descriptor_sw128(smem_addr(plan.tiles_a) + row_slice * T::kRowWaves * 64 * 128, 16);
+    const uint64_t desc_b0 = smem_descriptor_sw128(smem_addr(plan.tiles_b) + col_offset * 128, 16);
 
     const uint32_t scale_slots = smem_addr(plan.tiles_a + (T::kOffsetScales - T::kOffsetA));
-    const typename BlockScales<T>::SlotOffsets slot_offsets(math_wg);
+    const typename BlockScales<T>::SlotOffsets slot_offsets(row_slice);
 
     // Issues the next K block's four wgmmas of row wave `wave` into `block_partial` and commits
     // (the first wave waits for the stage; the last moves on to the next stage).
@@ -483,7 +507,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 named_barrier_sync(3 + math_wg, 256);
             first_turn = false;
         }
-        wgmma_fence_operands<T::kBlockN / 2>(block_partial);
+        wgmma_fence_operands<T::kWarpgroupN / 2>(block_partial);
         wgmma_fence();
 #pragma unroll
         for (uint32_t ks = 0; ks < T::kBlockK / 32; ++ks)
@@ -497,19 +521,19 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
 
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
-        const uint32_t n0 = unit.n_block * T::kBlockN;
+        const uint32_t n0 = unit.n_block * T::kBlockN + col_offset;   // the warpgroup's first column
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
         // K loop so that an index-layout look-up overlaps it.
         [[maybe_unused]] bool keep_row[2] = {true, true};
         if constexpr (Sched::kGrouped) {
 #pragma unroll
             for (uint32_t half = 0; half < 2; ++half)
-                keep_row[half] = scheduler.keeps_row(unit, math_wg * 64 + fragment_row(half));
+                keep_row[half] = scheduler.keeps_row(unit, row_slice * 64 + fragment_row(half));
         }
 #pragma unroll
         for (uint32_t wave = 0; wave < T::kRowWaves; ++wave)
 #pragma unroll
-            for (uint32_t i = 0; i < T::kBlockN / 2; ++i)
+            for (uint32_t i = 0; i < T::kWarpgroupN / 2; ++i)
                 acc[wave][i] = 0.0f;
         [[maybe_unused]] BlockScalesB1d2d<T> b_rows(scales, n0, n, unit.k_block_begin, unit_group(unit));
         KBlockScales<T> block_scales;
@@ -538,7 +562,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         };
         // (A stage is released once its last row wave's wgmmas are done.)
         auto promote_block = [&](float* block_partial, uint32_t wave = 0) {
-            wgmma_fence_operands<T::kBlockN / 2>(block_partial);
+            wgmma_fence_operands<T::kWarpgroupN / 2>(block_partial);
             if (wave == T::kRowWaves - 1) {
                 release_stage<T>(&plan.empty[done.stage], cluster_rank);
                 done.advance<T::kNumStages>();
@@ -632,8 +656,9 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                                     static_cast<typename T::OutT*>(split.d), split.ld_d, m, n,
                                     &plan.last_flags[math_wg], /*barrier_id=*/1 + math_wg);
         } else if constexpr (Sched::kGrouped) {
-            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kBlockN>(
-                acc[0], keep_row, unit.rows_written, math_wg, scheduler.a_row(unit) + math_wg * 64, n0,
+            store_grouped_rows<typename T::Epilogue, typename T::OutT, T::kWarpgroupN>(
+                acc[0], keep_row, unit.rows_written, row_slice, math_wg,
+                scheduler.a_row(unit) + row_slice * 64, n0,
                 plan.staging + math_wg * T::Epilogue::kBytesPerWarpgroup,
                 &plan.epilogue_barriers[math_wg], epilogue_phase, &tma_d,
                 static_cast<typename T::OutT*>(split.d), split.ld_d, n);

@@ -47,10 +47,13 @@ class Bf16GemmConfig:
     cluster_n: int = 1    # CTAs per cluster along N sharing A by TMA multicast (1 or 2)
     cluster_m: int = 1    # CTAs per cluster along M sharing B by TMA multicast (1 or 2)
     stream_k: bool = False  # the last, partial wave's K blocks spread over every CTA (with_stream_k)
+    # M-grouped FP8 only: a 64-row tile whose two consumer warpgroups take its two column halves
+    # (fp8_gemm.cuh kSplitColumns; make_fp8_split_columns_config)
+    split_columns: bool = False
 
     @property
     def num_threads(self) -> int:
-        return 128 * (1 + consumer_warpgroups(self.block_m))
+        return 128 * (1 + (2 if self.split_columns else consumer_warpgroups(self.block_m)))
 
     @property
     def cluster_size(self) -> int:
@@ -589,6 +592,35 @@ def fp8_gemm_shared_memory(kind: str, block_m: int, block_n: int, num_stages: in
     return bf16_gemm_shared_memory(block_m, block_n, num_stages, out_bytes, split_k,
                                    extra_stage_bytes=fp8_scale_stage_bytes(kind, block_m, block_n),
                                    accumulate=accumulate)
+
+
+def fp8_split_columns_shared_memory(block_n: int, num_stages: int) -> int:
+    """Mirrors Fp8GemmTraits::kSmemBytes for a column-split tile (kSplitColumns: 64 rows, 1D2D,
+    BF16 D): the ring, barriers and flags of two consumer warpgroups, and one 64-row staging
+    slice per warpgroup for its block_n / 2 columns, as wide as the room the ring leaves."""
+    stage = (64 + block_n) * BLOCK_K_BF16 * 2 + fp8_scale_stage_bytes("1d2d", 64, block_n)
+    non_staging = num_stages * stage + (2 * num_stages + 2) * 8 + 2 * 4 + 1024
+    half = block_n // 2
+    slab_bytes = 64 * epilogue_swizzle_bytes(half, 2)
+    room = max(0, SMEM_LIMIT - non_staging) // (2 * slab_bytes)
+    return non_staging + 2 * 64 * 2 * epilogue_staging_cols(half, 2, room)
+
+
+def make_fp8_split_columns_config(block_n: int, num_sms: int,
+                                  num_stages: int | None = None) -> Bf16GemmConfig | None:
+    """A column-split tile of the M-grouped FP8 GEMM (64 rows; each consumer warpgroup computes
+    block_n / 2 columns) on a grid of `num_sms` (the caller caps it at the tiles): with
+    `num_stages`, or the most that fit beside at least one slab of staging; None where fewer than
+    three fit or block_n is not a multiple of 32 up to 256."""
+    if block_n % 32 or block_n > 256:
+        return None
+    if num_stages is None:
+        num_stages = max((s for s in range(1, MAX_STAGES + 1)
+                          if fp8_split_columns_shared_memory(block_n, s) <= SMEM_LIMIT), default=0)
+    if num_stages < 3 or fp8_split_columns_shared_memory(block_n, num_stages) > SMEM_LIMIT:
+        return None
+    return Bf16GemmConfig(block_m=64, block_n=block_n, num_stages=num_stages,
+                          group_m=DEFAULT_L2_GROUP, num_sms=num_sms, split_columns=True)
 
 
 def make_fp8_config(kind: str, m: int, n: int, block_m: int, block_n: int, num_splits: int, k: int,

@@ -26,7 +26,8 @@ from dg_triton.dispatch import print_config_once
 from dg_triton.errors import reject
 from dg_triton.heuristics.sm90 import (GROUPED_CONTIGUOUS, GROUPED_MASKED, Bf16GemmConfig,
                                        bf16_gemm_shared_memory, choose_m_grouped_bf16_config,
-                                       choose_m_grouped_fp8_config, fp8_gemm_shared_memory)
+                                       choose_m_grouped_fp8_config, fp8_gemm_shared_memory,
+                                       fp8_split_columns_shared_memory)
 from dg_triton.jit import tma
 from dg_triton.jit.module import TMA, U32, U64, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
@@ -264,12 +265,15 @@ class GroupedFp8GemmKernelSpec:
     @property
     def name(self) -> str:
         c = self.config
-        return (f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
+        split = "c" if c.split_columns else ""
+        return (f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}{split}_s{c.num_stages}"
                 f"{_probe_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
         c = self.config
+        if c.split_columns:
+            return fp8_split_columns_shared_memory(c.block_n, c.num_stages)
         return fp8_gemm_shared_memory("1d2d", c.block_m, c.block_n, c.num_stages, 2)
 
     def source(self) -> str:
@@ -280,7 +284,7 @@ class GroupedFp8GemmKernelSpec:
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, false, __nv_bfloat16, false, false, {c.group_m}, 1, 1,
-    0, {self.shape_n}, {self.shape_k}>;
+    0, {self.shape_n}, {self.shape_k}, false, {"true" if c.split_columns else "false"}>;
 using Scheduler = {scheduler};
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
 
@@ -361,7 +365,9 @@ def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_al
     return _Fp8Plan(spec, launcher,
                     tma.DescriptorCache(_fp8_operand_params(total_rows, k, a_row_stride, config.block_m)),
                     tma.DescriptorCache(_fp8_operand_params(num_groups * n, k, b.stride(1), config.block_n)),
-                    tma.DescriptorCache(_output_params(total_rows, n, ld_d, 2, config.block_n)),
+                    # (D's boxes: one warpgroup's columns, half the tile's for a column split)
+                    tma.DescriptorCache(_output_params(total_rows, n, ld_d, 2, config.block_n //
+                                                       (2 if config.split_columns else 1))),
                     tma.DescriptorCache(sfa_params),
                     (rows, n, k, num_groups, mk_alignment, sfb.stride(1), sfb.stride(0), ld_d),
                     device_index)
