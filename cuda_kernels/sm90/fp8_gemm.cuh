@@ -21,7 +21,9 @@
 // Taking turns between the two warpgroups (ping-pong) gained nothing and was not kept.
 // 256-row tiles (1D2D, BF16 D) give each warpgroup two 64-row waves per K block (kRowWaves);
 // per clock they are the fastest tiles measured, but they ran ahead of 128x128 only at short K
-// (tuned entries, 2026-12-02).
+// (tuned entries, 2026-12-02). Column-split tiles (kSplitColumns, M-grouped only) give 64 rows to
+// both warpgroups, each on one column half: built for the masked layout's row granularity, not
+// yet run on a GPU nor chosen by the heuristics (benchmarks/NOTES.md, session 31).
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
@@ -261,7 +263,8 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 // DG_PROBE_1D1D_NO_SCALES adds the partial sums unscaled (Promotion::promote).
 template <class T>
 struct BlockScales {
-    static constexpr uint32_t kNumB = T::kScaleBPerColumn ? T::kWarpgroupN / 4 : T::kScaleBlocksPerTile;
+    static constexpr uint32_t kNumB =
+        T::kScaleBPerColumn ? T::kWarpgroupN / 4 : T::kScaleBlocksPerTile;
     float a[T::kRowWaves][2];   // per row wave, the thread's two fragment rows
     float b[kNumB];
 
