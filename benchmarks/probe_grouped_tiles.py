@@ -60,6 +60,8 @@ def forced_variant(variant):
         config = original(kind, num_groups, rows_per_group, rows, n, k, num_sms, mk_alignment)
         block_m, block_n, split, stages = re.fullmatch(r"(\d+)x(\d+)(c)?(?:s(\d+))?", tile).groups()
         block_m, block_n = int(block_m), int(block_n)
+        if (split and block_m != 64) or (stages and not split):
+            raise ValueError(f"tile {tile!r}: column-split tiles are 64xBNc[sS]; others take no stage count")
         if split:
             made = make_fp8_split_columns_config(block_n, num_sms, int(stages) if stages else None)
             tiles = num_groups * -(-rows // 64) * -(-n // block_n)

@@ -141,6 +141,7 @@ def run_masked(num_groups, max_m, n, k, counts, expected_m, tma_aligned_sfa=Fals
     dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, expected_m)
     bf16 = reference_grouped.m_grouped_masked_reference(a, b, d, masked_m) if unquantized else None
     check_masked(d, expected, masked_m, max_m, f"G={num_groups} max_m={max_m} n={n} k={k} masked_m={counts}", bf16)
+    return d, expected, masked_m
 
 
 # ---- contiguous --------------------------------------------------------------------------------------
@@ -294,20 +295,37 @@ def forced_split_columns(monkeypatch):
     sm90_grouped_gemm._fp8_plans.clear()
 
 
+def check_split_last_tile(d, expected, masked_m, block_n, what):
+    """Stricter than check_masked for a column-split tile: no row at or past masked_m is written
+    (the tile's last unit stores only its valid rows), and each warpgroup's column half of the
+    last column tile matches on its own (an error confined there would hide in the global diff)."""
+    meaningful = reference_grouped.masked_meaningful_rows(masked_m, d.shape[1])
+    assert is_nan(d[~meaningful]), f"{what}: rows at or past masked_m written"
+    n = d.shape[2]
+    last = (ceil_div(n, block_n) - 1) * block_n
+    for lo in (last, last + block_n // 2):
+        if lo < n:
+            check_close(d[meaningful][:, lo:min(n, lo + block_n // 2)],
+                        expected[meaningful][:, lo:min(n, lo + block_n // 2)],
+                        f"{what}: columns {lo}.. of the last tile")
+
+
 @pytest.mark.parametrize("num_sms", [0, 5])
 @pytest.mark.parametrize("block_n,num_stages", [(256, None), (256, 4), (192, None), (128, 6)])
 def test_masked_column_split_tiles_match_reference(forced_split_columns, block_n, num_stages, num_sms):
-    """Last tiles of every size around the 64-row unit, N whose last tile leaves the second
-    warpgroup's half partly or wholly past N, and the API shapes' N and K, on all SMs and on 5 (each
-    CTA then runs many units in a row)."""
+    """Last tiles of every size around the 64-row unit; N whose last tile has its first half
+    partly inside N and its second wholly past it, then its second half partly inside; the API
+    shapes' N and K; on all SMs and on 5 (each CTA then runs many units in a row)."""
     forced_split_columns(block_n, num_stages)
     dg_triton.set_num_sms(num_sms)
     try:
-        run_masked(len(LAST_TILE_EDGES), 384, 1024 + 64, 1024, LAST_TILE_EDGES, 200)
-        plan = [p for p in sm90_grouped_gemm._fp8_plans.values()][-1]
-        assert plan.spec.config.split_columns and plan.spec.config.block_n == block_n
-        run_masked(len(LAST_TILE_EDGES), 384, 1024 + block_n // 2 + 32, 640, LAST_TILE_EDGES, 200)
-        run_masked(4, 320, 4096, 7168, [1, 192, 230, 320], 230, tma_aligned_sfa=True)
+        for n, k in ((5 * block_n + block_n // 4, 1024), (5 * block_n + block_n // 2 + 32, 640)):
+            d, expected, masked_m = run_masked(len(LAST_TILE_EDGES), 384, n, k, LAST_TILE_EDGES, 200)
+            check_split_last_tile(d, expected, masked_m, block_n, f"n={n} k={k}")
+            plan = list(sm90_grouped_gemm._fp8_plans.values())[-1]
+            assert plan.spec.config.split_columns and plan.spec.config.block_n == block_n
+        d, expected, masked_m = run_masked(4, 320, 4096, 7168, [1, 192, 230, 320], 230, tma_aligned_sfa=True)
+        check_split_last_tile(d, expected, masked_m, block_n, "n=4096 k=7168")
     finally:
         dg_triton.set_num_sms(0)
 

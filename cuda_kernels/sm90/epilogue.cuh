@@ -2,8 +2,8 @@
 // bank conflicts) -> TMA store. With kAccumulate the current D tile is first brought in by TMA and added
 // in FP32, so D = D + acc is rounded once, as the reference rounds (c.float() + A@B).to(dtype)
 // (its first chunk while the tile's K loop still runs, where the kernel asks: prefetch_accumulator).
-// Each math warpgroup owns 64 rows of the tile and its own staging buffer, so warpgroups never
-// wait for each other here.
+// Each math warpgroup owns its 64 rows (or, in a column-split FP8 tile, its column half) of the
+// tile and its own staging buffer, so warpgroups never wait for each other here.
 #pragma once
 
 #include <cuda_bf16.h>

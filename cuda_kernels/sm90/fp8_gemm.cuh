@@ -128,7 +128,7 @@ struct Fp8GemmTraits {
         (kScaleGroup - kScaleAlign + kWarpgroupN - 1) / kScaleGroup + 1;
 
     // Whether a second set of partial sums lets one K block's wgmmas run under the previous
-    // block's promotion: acc plus two partial sets (3 x BLOCK_N / 2 FP32) plus the block's
+    // block's promotion: acc plus two partial sets (3 x kWarpgroupN / 2 FP32) plus the block's
     // scales must stay within 200 registers (an empirical bound: what compiled without spills
     // under kConsumerRegisters, checked by the compile tests), and a
     // 1D2D tile must sit in one scale block (with several tile offsets, 64x96 ran out of
@@ -442,7 +442,7 @@ __device__ __forceinline__ uint32_t skip_head_mid_column(uint32_t col, const Fp8
     return col + (col + args.head_right) / (args.head_left + args.head_right) * args.head_mid;
 }
 
-// ---- consumers: four m64nBLOCK_N k32 wgmmas per K block, promotion, then the epilogue ---------
+// ---- consumers: four m64n(kWarpgroupN)k32 wgmmas per K block, promotion, then the epilogue ----
 // `Sched` is Scheduler<T> or an M-grouped scheduler (scheduler_grouped.cuh), as in bf16_gemm.cuh:
 // a grouped unit may have no K blocks (a padding tile, stored as zeros), says which of its rows
 // keep the product and how many are stored (a warpgroup with fewer than 64 stores them with plain

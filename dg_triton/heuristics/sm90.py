@@ -612,7 +612,7 @@ def make_fp8_split_columns_config(block_n: int, num_sms: int,
     block_n / 2 columns) on a grid of `num_sms` (the caller caps it at the tiles): with
     `num_stages`, or the most that fit beside at least one slab of staging; None where fewer than
     three fit or block_n is not a multiple of 32 up to 256."""
-    if block_n % 32 or block_n > 256:
+    if block_n <= 0 or block_n % 32 or block_n > 256:
         return None
     if num_stages is None:
         num_stages = max((s for s in range(1, MAX_STAGES + 1)

@@ -87,6 +87,7 @@ class GroupedGemmKernelSpec:
 
     def source(self) -> str:
         c = self.config
+        assert not c.split_columns, "column-split tiles are an FP8 kernel's (GroupedFp8GemmKernelSpec)"
         b_k_major = "true" if self.b_k_major else "false"
         scheduler, scheduler_args = _scheduler_source(self.layout, c, b_k_major, "zero_gaps")
         return f'''// {self.name}
