@@ -259,20 +259,29 @@ def test_psum_last_tiles_on_both_sides_of_a_warpgroup():
         dg_triton.set_num_sms(0)
 
 
-def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():
-    num_groups, max_m, n, k = 6, 512, 2048, 1024
+def replay_masked_graph(expected_m, counts_per_replay, num_groups=6, max_m=512, n=2048, k=1024):
+    """Captures one masked call in a CUDA graph, then replays it once per entry of
+    counts_per_replay (masked_m changed in place between replays), checking each replay's output
+    (poisoned first); returns D as the last replay left it."""
     _, a_fp8 = quantized_masked_a(num_groups, max_m, k, tma_aligned_sfa=True)
     _, b_fp8 = quantized_b(num_groups, n, k)
     d = nan_like((num_groups, max_m, n))
     masked_m = torch.tensor([10] * num_groups, dtype=torch.int32, device="cuda")
-    graph = capture_graph(lambda: dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 64))
-    for counts in ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2], [0] * num_groups, [max_m] * num_groups):
+    graph = capture_graph(lambda: dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, expected_m))
+    for counts in counts_per_replay:
         d.fill_(float("nan"))
         masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
         graph.replay()
         torch.cuda.synchronize()
         expected = reference_grouped.m_grouped_fp8_masked_reference(a_fp8, b_fp8, d, masked_m)
         check_masked(d, expected, masked_m, max_m, f"replay masked_m={counts}")
+    return d
+
+
+def test_masked_in_a_cuda_graph_reads_masked_m_on_every_replay():
+    max_m = 512
+    replay_masked_graph(64, ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2], [0] * 6, [max_m] * 6),
+                        max_m=max_m)
 
 
 # ---- column-split tiles (fp8_gemm.cuh kSplitColumns) ---------------------------------------------
@@ -332,18 +341,7 @@ def test_masked_column_split_tiles_match_reference(forced_split_columns, block_n
 
 def test_masked_column_split_tiles_in_a_cuda_graph(forced_split_columns):
     forced_split_columns(256)
-    num_groups, max_m, n, k = 6, 512, 2048, 1024
-    _, a_fp8 = quantized_masked_a(num_groups, max_m, k, tma_aligned_sfa=True)
-    _, b_fp8 = quantized_b(num_groups, n, k)
-    d = nan_like((num_groups, max_m, n))
-    masked_m = torch.tensor([10] * num_groups, dtype=torch.int32, device="cuda")
-    graph = capture_graph(lambda: dg_triton.m_grouped_fp8_gemm_nt_masked(a_fp8, b_fp8, d, masked_m, 200))
-    for counts in ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2]):
-        d.fill_(float("nan"))
-        masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
-        graph.replay()
-        torch.cuda.synchronize()
-        expected = reference_grouped.m_grouped_fp8_masked_reference(a_fp8, b_fp8, d, masked_m)
-        check_masked(d, expected, masked_m, max_m, f"split-column replay masked_m={counts}")
+    max_m = 512
+    d = replay_masked_graph(200, ([0, 1, 64, 65, 300, max_m], [max_m, 0, 0, 17, 128, 2]), max_m=max_m)
     # Rows at or past masked_m are not written at all (the last unit stores its rows by plain stores).
     assert is_nan(d[1]) and is_nan(d[3, 17:]) and is_nan(d[5, 2:])
