@@ -22,8 +22,9 @@
 // 256-row tiles (1D2D, BF16 D) give each warpgroup two 64-row waves per K block (kRowWaves);
 // per clock they are the fastest tiles measured, but they ran ahead of 128x128 only at short K
 // (tuned entries, 2026-12-02). Column-split tiles (kSplitColumns, M-grouped only) give 64 rows to
-// both warpgroups, each on one column half: built for the masked layout's row granularity, not
-// yet run on a GPU nor chosen by the heuristics (benchmarks/NOTES.md, session 31).
+// both warpgroups, each on one column half, for the masked layout's row granularity: 64x256
+// is chosen for groups of a few 64-row units, where it measured 3-4 % faster than 128x128
+// (heuristics.sm90.SPLIT_COLUMNS_ROWS; benchmarks/NOTES.md, sessions 31-32).
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the

@@ -793,6 +793,23 @@ def _masked_fp8_decode_config(num_groups: int, rows_per_group: int, rows: int, n
     return None if best is None else _grid_within_tiles(best[1], num_groups, rows, n, num_sms)
 
 
+# Masked FP8 with a few 64-row units per group: the column-split 64x256 tile (fp8_gemm.cuh
+# kSplitColumns) rounds each group's rows up to 64 rather than 128, at 25 % more L2 -> SM bytes per
+# FLOP than 128x128. The cost model, with every group at expected_m rows, cannot see the rounding
+# it saves (230 rows are 4 units of 64 or 2 of 128 alike), so this is a measured rule
+# (probe_grouped_tiles.py, H100, 2026-12-07; benchmarks/NOTES.md, session 32): 1.03-1.04x the
+# model's 128x128 at 32 groups of 134-250 rows (expected m 192, N 4096-7168), but 0.92-1.00x at 6
+# groups of ~1024 rows and 0.91-1.01x at decode sizes; 64x192c was 0.59-0.88x, 64x128c 0.86-0.99x.
+SPLIT_COLUMNS_BLOCK_N = 256
+SPLIT_COLUMNS_ROWS = (64, 256)   # expected m in (64, 256]
+SPLIT_COLUMNS_MIN_N = 4096       # the narrowest N measured
+
+
+def _takes_split_columns(rows_per_group: int, n: int) -> bool:
+    low, high = SPLIT_COLUMNS_ROWS
+    return low < rows_per_group <= high and n >= SPLIT_COLUMNS_MIN_N
+
+
 def _grid_within_tiles(config: Bf16GemmConfig, stacks: int, rows: int, n: int,
                        num_sms: int) -> Bf16GemmConfig:
     """The config with a persistent grid no larger than the tiles `stacks` x `rows` x n make."""
@@ -820,7 +837,8 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
     the cost model for `num_groups` groups of `rows_per_group` rows (M / G for the index layout,
     expected_m_for_psum_layout for psum). GROUPED_MASKED: block M in {64, 128} and block N by the
     cost model with `rows_per_group` = expected_m (FP8 decode, expected_m <= 64 and N >= 128:
-    _masked_fp8_decode_config instead). `rows`: A's rows, M (contiguous) or max_m per
+    _masked_fp8_decode_config instead; FP8 with expected_m in SPLIT_COLUMNS_ROWS and N of at least
+    SPLIT_COLUMNS_MIN_N: the column-split 64x256 tile). `rows`: A's rows, M (contiguous) or max_m per
     group (masked); the most tiles they make cap the persistent grid. Ties on modelled cycles go
     to the tiling that keeps more SMs busy (memory-bound decode shapes tie on HBM time), then to
     the larger tile."""
@@ -836,6 +854,10 @@ def choose_m_grouped_bf16_config(kind: str, num_groups: int, rows_per_group: int
     rows_per_group = max(rows_per_group, 1)
     if fp8 and kind == GROUPED_MASKED and rows_per_group <= 64 and n >= max(_MASKED_DECODE_BLOCK_NS):
         return _masked_fp8_decode_config(num_groups, rows_per_group, rows, n, k, num_sms)
+    if fp8 and kind == GROUPED_MASKED and _takes_split_columns(rows_per_group, n):
+        split = make_fp8_split_columns_config(SPLIT_COLUMNS_BLOCK_N, num_sms)
+        if split is not None:
+            return _grid_within_tiles(split, num_groups, rows, n, num_sms)
     best = None
     for block_m in block_ms:
         for block_n in sorted({bn for _, bn in bf16_gemm_candidates(128, n, b_k_major, block_n_multiple)}):
