@@ -17,7 +17,8 @@ TFLOPS count 2 * m_g * N * K over valid rows only (BENCH_FORMAT.md); TB/s (maske
 valid rows, all of B and D's valid rows once. A case that fails is recorded ("error" in its row)
 and the others still run; the exit status is 1 if any failed.
 
-FP8 rows (`--fp8`, on by default; `--no-fp8` leaves them out): the ANCHORS.md FP8 grouped shapes
+FP8 rows (`--fp8`, on by default; `--no-fp8` leaves them out; `--no-bf16` leaves out the BF16
+m-grouped rows instead): the ANCHORS.md FP8 grouped shapes
 through m_grouped_fp8_gemm_nt_{contiguous,masked}, A quantized per token (1x128, its scales already
 in the kernel's TMA-aligned layout, so the GEMM is timed, not the scale transform), each expert's B
 per 128x128 block; checked against reference_grouped's FP8 references (calc_diff < 1e-3), timed
@@ -526,6 +527,8 @@ def main():
     parser.add_argument("--no-contiguous", action="store_true")
     parser.add_argument("--fp8", action=argparse.BooleanOptionalAction, default=True,
                         help="the FP8 grouped rows as well (default on; --no-fp8: BF16 only)")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                        help="the BF16 m-grouped rows (default on; --no-bf16 leaves them out)")
     parser.add_argument("--moe", action=argparse.BooleanOptionalAction, default=True,
                         help="the end-to-end MoE forward at DeepSeek-V3 sizes as well (default on)")
     parser.add_argument("--k-grouped", action=argparse.BooleanOptionalAction, default=True,
@@ -552,7 +555,7 @@ def main():
     random.seed(0)
     torch.manual_seed(0)
     gpu = torch.cuda.get_device_name()
-    dtypes = ("bf16", "fp8") if args.fp8 else ("bf16",)
+    dtypes = (("bf16",) if args.bf16 else ()) + (("fp8",) if args.fp8 else ())
     cases = []
     for dtype in dtypes:
         prefix = "fp8_" if dtype == "fp8" else ""
