@@ -140,7 +140,7 @@ def plan_config(function, portable_fallback=True):
         plans = [p for key, p in every_plan.items()
                  if key[0] == function and p is not sm90_grouped_gemm._UNSUPPORTED]
         c = plans[-1].spec.config
-        return f"{c.block_m}x{c.block_n}s{c.num_stages}"
+        return f"{c.block_m}x{c.block_n}{'c' if c.split_columns else ''}s{c.num_stages}"   # c: column split
     except (AttributeError, IndexError, KeyError, TypeError):
         return "portable" if portable_fallback else "?"
 
