@@ -129,6 +129,11 @@ def check_rows(d, expected, meaningful, what, threshold=THRESHOLD):
     return diff
 
 
+def tile_label(c) -> str:
+    """A grouped config as "BMxBN[c]sS" (c: a column-split FP8 tile, fp8_gemm.cuh kSplitColumns)."""
+    return f"{c.block_m}x{c.block_n}{'c' if c.split_columns else ''}s{c.num_stages}"
+
+
 def plan_config(function, portable_fallback=True):
     """The config of the latest CUDA plan of `function` ("portable" when the portable path ran; "?"
     when no plan of the function can be read)."""
@@ -139,8 +144,7 @@ def plan_config(function, portable_fallback=True):
         every_plan = {**sm90_grouped_gemm._plans, **getattr(sm90_grouped_gemm, "_fp8_plans", {})}
         plans = [p for key, p in every_plan.items()
                  if key[0] == function and p is not sm90_grouped_gemm._UNSUPPORTED]
-        c = plans[-1].spec.config
-        return f"{c.block_m}x{c.block_n}{'c' if c.split_columns else ''}s{c.num_stages}"   # c: column split
+        return tile_label(plans[-1].spec.config)
     except (AttributeError, IndexError, KeyError, TypeError):
         return "portable" if portable_fallback else "?"
 

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bench_grouped  # noqa: E402
 import dg_triton  # noqa: E402
 from dg_triton import reference_grouped, testing  # noqa: E402
-from dg_triton.heuristics.sm90 import make_fp8_config, make_fp8_split_columns_config  # noqa: E402
+from dg_triton.heuristics.sm90 import (_grid_within_tiles, make_fp8_config,  # noqa: E402
+                                       make_fp8_split_columns_config)
 from dg_triton.kernels import sm90_grouped_gemm  # noqa: E402
 from shapes import GROUPED_CONTIGUOUS_GM, GROUPED_NK  # noqa: E402
 
@@ -64,8 +65,7 @@ def forced_variant(variant):
             raise ValueError(f"tile {tile!r}: column-split tiles are 64xBNc[sS]; others take no stage count")
         if split:
             made = make_fp8_split_columns_config(block_n, num_sms, int(stages) if stages else None)
-            tiles = num_groups * -(-rows // 64) * -(-n // block_n)
-            return replace(made, num_sms=min(num_sms, tiles)) if made is not None else None
+            return _grid_within_tiles(made, num_groups, rows, n, num_sms) if made is not None else None
         made = make_fp8_config("1d2d", block_m, n, block_m, block_n, 1, k, 2, num_sms)
         return replace(made, num_sms=config.num_sms) if made is not None else None
 
@@ -120,7 +120,7 @@ def build(family, layout, groups, expected, n, k):
         plans = list(sm90_grouped_gemm._fp8_plans.values())
     spec = plans[-1].spec
     c = spec.config
-    name = f"{c.block_m}x{c.block_n}{'c' if c.split_columns else ''}s{c.num_stages}" + "".join(
+    name = bench_grouped.tile_label(c) + "".join(
         f"+{d.removeprefix('DG_PROBE_')}" for d in spec.probe_defines)
     return ours, flops, name, anchor
 

@@ -18,7 +18,6 @@ fails. The main shape tests also compare with the unquantized BF16 inputs (API.m
 FP8 error included). Shapes: API.md 8's grouped lists (tests/shapes.py), the contiguous expected m
 divided by GROUPED_GPU_TEST_M_DIVISOR so each case runs in about a second.
 """
-from dataclasses import replace
 
 import pytest
 import torch
@@ -296,8 +295,7 @@ def forced_split_columns(monkeypatch):
         assert config is not None
 
         def chosen(kind, num_groups, rows_per_group, rows, n, k, num_sms, mk_alignment=None):
-            tiles = num_groups * ceil_div(rows, 64) * ceil_div(n, block_n)
-            return replace(config, num_sms=max(1, min(num_sms, tiles)))
+            return heuristics._grid_within_tiles(config, num_groups, rows, n, num_sms)
         monkeypatch.setattr(sm90_grouped_gemm, "choose_m_grouped_fp8_config", chosen)
         sm90_grouped_gemm._fp8_plans.clear()
     yield force
