@@ -142,8 +142,40 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr bool kEarlyCLoad = false;
 #endif
 
+    // Probe (DG_PROBE_STAGGER_<d>, as fp8_gemm.cuh's): warpgroup 1 starts each tile once
+    // warpgroup 0 has issued the tile's first d K blocks (barrier 5; barrier 6 acknowledges), so
+    // that one warpgroup's epilogue runs under the other's wgmmas.
+#if defined(DG_PROBE_STAGGER_1)
+    constexpr uint32_t kStaggerBlocks = 1;
+#elif defined(DG_PROBE_STAGGER_2)
+    constexpr uint32_t kStaggerBlocks = 2;
+#elif defined(DG_PROBE_STAGGER_3)
+    constexpr uint32_t kStaggerBlocks = 3;
+#else
+    constexpr uint32_t kStaggerBlocks = 0;
+#endif
+    constexpr bool kStagger = kStaggerBlocks > 0 && T::kBlockM == 128 && !T::kSplitK &&
+                              !T::kStreamK && kStaggerBlocks < T::kNumStages;
+    [[maybe_unused]] bool first_unit = true;
+    [[maybe_unused]] auto say_started = [&] {
+        if (!first_unit)
+            named_barrier_sync(6, 256);
+        named_barrier_arrive(5, 256);
+    };
+
     typename Sched::Unit unit;
     while (scheduler.next(unit)) {
+        [[maybe_unused]] const uint32_t stagger_block =
+            unit.k_block_begin + kStaggerBlocks < unit.k_block_end ? unit.k_block_begin + kStaggerBlocks
+                                                                   : unit.k_block_end;
+        if constexpr (kStagger) {
+            if (math_wg == 1) {
+                named_barrier_sync(5, 256);
+                named_barrier_arrive(6, 256);
+            } else if (unit.k_block_begin == unit.k_block_end) {
+                say_started();
+            }
+        }
         // Grouped: whether this thread's two fragment rows keep their product, asked before the
         // K loop so that a look-up in global memory (index layout) overlaps it; and zeros in the
         // accumulators, which a padding unit (no K blocks) stores as they are. (Zeroed in place
@@ -194,7 +226,13 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 if (kb == c_block)
                     load_c();
             }
+            if constexpr (kStagger) {
+                if (math_wg == 0 && kb + 1 == stagger_block)
+                    say_started();
+            }
         }
+        if constexpr (kStagger)
+            first_unit = false;
         // Outside any branch: a wgmma wait on a path ptxas cannot prove uniform serializes every
         // wgmma of the kernel (C7518).
         wgmma_wait_group<0>();

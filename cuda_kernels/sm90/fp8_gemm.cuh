@@ -484,6 +484,25 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr bool kWaveTurns = false;
 #endif
     [[maybe_unused]] bool first_turn = math_wg == 0;
+    // Probe (DG_PROBE_STAGGER_<d>, benchmarks/probe_k_grouped.py / probe_fp8.py): warpgroup 1
+    // starts each tile only once warpgroup 0 has promoted the tile's first d K blocks, so the two
+    // reach their epilogues d blocks apart and one's epilogue runs under the other's wgmmas
+    // instead of both leaving the tensor core idle at once. Named barrier 5 carries warpgroup
+    // 0's "started" to warpgroup 1, barrier 6 warpgroup 1's acknowledgement back (so that a
+    // tile of fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before
+    // warpgroup 1 has waited once). Warpgroup 0 can run at most the ring's depth ahead.
+#if defined(DG_PROBE_STAGGER_1)
+    constexpr uint32_t kStaggerBlocks = 1;
+#elif defined(DG_PROBE_STAGGER_2)
+    constexpr uint32_t kStaggerBlocks = 2;
+#elif defined(DG_PROBE_STAGGER_3)
+    constexpr uint32_t kStaggerBlocks = 3;
+#else
+    constexpr uint32_t kStaggerBlocks = 0;
+#endif
+    constexpr bool kStagger = kStaggerBlocks > 0 && T::kNumMathWarpgroups == 2 && !T::kSplitK &&
+                              !T::kStreamK && T::kRowWaves == 1 && kStaggerBlocks < T::kNumStages;
+    [[maybe_unused]] bool first_unit = true;
     // The warpgroup's 64-row slice of the tile (0 for both with kSplitColumns) and its first
     // column in the tile (the second half's for warpgroup 1 with kSplitColumns).
     const uint32_t row_slice = T::kSplitColumns ? 0 : math_wg;
@@ -635,7 +654,29 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 }
             }
         };
-        if constexpr (kEarlyCLoad) {
+        if constexpr (kStagger) {
+            // Three runs: [begin, stagger), [stagger, c_block), [c_block, end); warpgroup 0 says
+            // "started" after the first, warpgroup 1 waits for it before its first.
+            const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
+            const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
+                                         ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
+            if (math_wg == 1) {
+                named_barrier_sync(5, 256);
+                named_barrier_arrive(6, 256);
+            }
+            run_k_blocks(unit.k_block_begin, stagger_block);
+            if (math_wg == 0) {
+                if (!first_unit)
+                    named_barrier_sync(6, 256);
+                named_barrier_arrive(5, 256);
+            }
+            first_unit = false;
+            run_k_blocks(stagger_block, last_run_begin);
+            if constexpr (kEarlyCLoad) {
+                load_c();
+                run_k_blocks(c_block, unit.k_block_end);
+            }
+        } else if constexpr (kEarlyCLoad) {
             // Two runs of K blocks with c's load between them, outside either (one or two more
             // chain ends a tile): with the load's code inside the K loop (a check at every block,
             // or in every chain) the 1D1D wgrad tiles ran 7-17 % slower even where it never
