@@ -48,7 +48,7 @@ namespace dg::sm90 {
 template <uint32_t kBlockM_, uint32_t kBlockN_, uint32_t kNumStages_, bool kScaleBPerColumn_,
           typename OutT_, bool kAccumulate_, bool kSplitK_, uint32_t kGroupM_, uint32_t kClusterM_,
           uint32_t kClusterN_, uint32_t kShapeM_, uint32_t kShapeN_, uint32_t kShapeK_,
-          bool kStreamK_ = false, bool kSplitColumns_ = false>
+          bool kStreamK_ = false, bool kSplitColumns_ = false, uint32_t kStaggerBlocks_ = 0>
 struct Fp8GemmTraits {
     static constexpr uint32_t kBlockM = kBlockM_, kBlockN = kBlockN_, kNumStages = kNumStages_;
     // false: "1D2D", one sfb per 128x128 block of B; true: "1D1D", one per column per 128 of K.
@@ -81,6 +81,21 @@ struct Fp8GemmTraits {
     // warpgroup. A masked group then rounds its rows up to 64, not 128, without leaving a
     // warpgroup idle (a 64-row tile with one warpgroup cannot keep the tensor core busy).
     static constexpr bool kSplitColumns = kSplitColumns_;
+    // Staggered warpgroups (consume_fp8): warpgroup 1 starts each tile once warpgroup 0 has
+    // promoted the tile's first kStaggerBlocks K blocks (0: together). The k-grouped FP8 GEMM
+    // takes 2 (its tiles are short and end in an FP32 c load and store); the probe builds
+    // DG_PROBE_STAGGER_<d> / DG_PROBE_NO_STAGGER override it.
+#if defined(DG_PROBE_STAGGER_1)
+    static constexpr uint32_t kStaggerBlocks = 1;
+#elif defined(DG_PROBE_STAGGER_2)
+    static constexpr uint32_t kStaggerBlocks = 2;
+#elif defined(DG_PROBE_STAGGER_3)
+    static constexpr uint32_t kStaggerBlocks = 3;
+#elif defined(DG_PROBE_NO_STAGGER)
+    static constexpr uint32_t kStaggerBlocks = 0;
+#else
+    static constexpr uint32_t kStaggerBlocks = kStaggerBlocks_;
+#endif
     static constexpr uint32_t kNumRowSlices = kBlockM / 64;
     static constexpr uint32_t kNumMathWarpgroups =
         kSplitColumns ? 2 : kNumRowSlices < 2 ? kNumRowSlices : 2;
@@ -484,24 +499,25 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr bool kWaveTurns = false;
 #endif
     [[maybe_unused]] bool first_turn = math_wg == 0;
-    // Probe (DG_PROBE_STAGGER_<d>, benchmarks/probe_k_grouped.py / probe_fp8.py): warpgroup 1
-    // starts each tile only once warpgroup 0 has promoted the tile's first d K blocks, so the two
-    // reach their epilogues d blocks apart and one's epilogue runs under the other's wgmmas
-    // instead of both leaving the tensor core idle at once. Named barrier 5 carries warpgroup
-    // 0's "started" to warpgroup 1, barrier 6 warpgroup 1's acknowledgement back (so that a
-    // tile of fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before
-    // warpgroup 1 has waited once). Warpgroup 0 can run at most the ring's depth ahead.
-#if defined(DG_PROBE_STAGGER_1)
-    constexpr uint32_t kStaggerBlocks = 1;
-#elif defined(DG_PROBE_STAGGER_2)
-    constexpr uint32_t kStaggerBlocks = 2;
-#elif defined(DG_PROBE_STAGGER_3)
-    constexpr uint32_t kStaggerBlocks = 3;
-#else
-    constexpr uint32_t kStaggerBlocks = 0;
-#endif
+    // Staggered warpgroups (T::kStaggerBlocks = d > 0): warpgroup 1 starts each tile only once
+    // warpgroup 0 has promoted the tile's first d K blocks, so the two reach their epilogues d
+    // blocks apart and one's epilogue runs under the other's wgmmas instead of both leaving the
+    // tensor core idle at once. Named barrier 5 carries warpgroup 0's "started" to warpgroup 1,
+    // barrier 6 warpgroup 1's acknowledgement back (so that a tile of fewer than d blocks cannot
+    // let warpgroup 0 arrive twice on barrier 5 before warpgroup 1 has waited once). Warpgroup 0
+    // can run at most the ring's depth ahead. Measured (an H100, 2026-12-07, NOTES.md session
+    // 33): d = 2 1-2.6 % faster on every k-grouped FP8 shape, 3 mixed; on the 1D2D grouped and
+    // dense tiles and the BF16 kernel's 3-26 % slower. DG_PROBE_STAGGER_ONCE (probe builds)
+    // gates the first tile only and leaves the lead to itself afterwards.
+    constexpr uint32_t kStaggerBlocks = T::kStaggerBlocks;
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kNumMathWarpgroups == 2 && !T::kSplitK &&
-                              !T::kStreamK && T::kRowWaves == 1 && kStaggerBlocks < T::kNumStages;
+                              !T::kStreamK && T::kRowWaves == 1;
+    static_assert(!kStagger || kStaggerBlocks < T::kNumStages, "warpgroup 0 cannot lead by the whole ring");
+#ifdef DG_PROBE_STAGGER_ONCE
+    constexpr bool kStaggerOnce = true;
+#else
+    constexpr bool kStaggerOnce = false;
+#endif
     [[maybe_unused]] bool first_unit = true;
     // The warpgroup's 64-row slice of the tile (0 for both with kSplitColumns) and its first
     // column in the tile (the second half's for warpgroup 1 with kSplitColumns).
@@ -660,12 +676,13 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
             const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
                                          ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
-            if (math_wg == 1) {
+            if (math_wg == 1 && (first_unit || !kStaggerOnce)) {
                 named_barrier_sync(5, 256);
-                named_barrier_arrive(6, 256);
+                if (!kStaggerOnce)
+                    named_barrier_arrive(6, 256);
             }
             run_k_blocks(unit.k_block_begin, stagger_block);
-            if (math_wg == 0) {
+            if (math_wg == 0 && (first_unit || !kStaggerOnce)) {
                 if (!first_unit)
                     named_barrier_sync(6, 256);
                 named_barrier_arrive(5, 256);

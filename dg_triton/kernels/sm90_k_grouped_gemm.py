@@ -38,6 +38,11 @@ BF16_KERNEL_SYMBOL = "sm90_k_grouped_bf16_gemm"
 # Groups per launch: the parameter struct holds three 128-byte descriptors a group (6.2 KB at 16,
 # within the 32 KB CUDA allows kernel parameters since 12.1); more groups take several launches.
 MAX_GROUPS_PER_LAUNCH = 16
+# fp8_gemm.cuh's staggered warpgroups: warpgroup 1 starts each tile this many K blocks after
+# warpgroup 0, so their epilogues (an FP32 c load and store after a short K loop) overlap the other's
+# wgmmas. 2 ran 1-2.6 % faster than 0 on all six bench_grouped shapes, 3 mixed (an H100, NOTES.md
+# session 33).
+K_GROUPED_FP8_STAGGER_BLOCKS = 2
 _DESCRIPTOR_BYTES = 128
 
 
@@ -94,7 +99,8 @@ class KGroupedFp8GemmKernelSpec:
 #include "sm90/scheduler_k_grouped.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
-    {c.block_m}, {c.block_n}, {c.num_stages}, true, float, true, false, {c.group_m}, 1, 1, 0, 0, 0>;
+    {c.block_m}, {c.block_n}, {c.num_stages}, true, float, true, false, {c.group_m}, 1, 1, 0, 0, 0,
+    false, false, {K_GROUPED_FP8_STAGGER_BLOCKS}>;
 using Operands = dg::sm90::KGroupedOperands<{self.max_groups}>;
 using Scheduler = dg::sm90::KGroupedTileScheduler<{c.block_m}, {c.block_n}, {c.group_m}, {self.max_groups}>;
 static_assert(Traits::kSmemBytes == {self.shared_memory}, "host and kernel disagree on shared memory");
