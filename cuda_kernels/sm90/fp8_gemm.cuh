@@ -674,8 +674,12 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // Three runs: [begin, stagger), [stagger, c_block), [c_block, end); warpgroup 0 says
             // "started" after the first, warpgroup 1 waits for it before its first.
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
-            const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
-                                         ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
+            uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
+                                   ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
+#ifdef DG_PROBE_STAGGER_WG1_WHOLE   // probe: warpgroup 1 runs without the split (one chain end less)
+            if (math_wg == 1)
+                stagger_block = unit.k_block_begin;
+#endif
             if (math_wg == 1 && (first_unit || !kStaggerOnce)) {
                 named_barrier_sync(5, 256);
                 if (!kStaggerOnce)
