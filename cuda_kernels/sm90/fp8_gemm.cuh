@@ -671,8 +671,11 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             }
         };
         if constexpr (kStagger) {
-            // Three runs: [begin, stagger), [stagger, c_block), [c_block, end); warpgroup 0 says
-            // "started" after the first, warpgroup 1 waits for it before its first.
+            // Runs [begin, stagger), [stagger, c_block), [c_block, end) (the last with
+            // kEarlyCLoad only): warpgroup 0 says "started" after the first, warpgroup 1 waits
+            // for it before its first, c's load comes before the last. One loop, not three
+            // calls: each inlined copy of run_k_blocks is ~5k instructions at 128x112, and
+            // three of them measured ... (NOTES.md session 33).
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
             uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
                                    ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
@@ -680,23 +683,25 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             if (math_wg == 1)
                 stagger_block = unit.k_block_begin;
 #endif
-            if (math_wg == 1 && (first_unit || !kStaggerOnce)) {
+            const bool gate = first_unit || !kStaggerOnce;
+            if (math_wg == 1 && gate) {
                 named_barrier_sync(5, 256);
                 if (!kStaggerOnce)
                     named_barrier_arrive(6, 256);
             }
-            run_k_blocks(unit.k_block_begin, stagger_block);
-            if (math_wg == 0 && (first_unit || !kStaggerOnce)) {
-                if (!first_unit)
-                    named_barrier_sync(6, 256);
-                named_barrier_arrive(5, 256);
+#pragma unroll 1
+            for (uint32_t run = 0; run < (kEarlyCLoad ? 3u : 2u); ++run) {
+                run_k_blocks(run == 0 ? unit.k_block_begin : run == 1 ? stagger_block : c_block,
+                             run == 0 ? stagger_block : run == 1 ? last_run_begin : unit.k_block_end);
+                if (run == 0 && math_wg == 0 && gate) {
+                    if (!first_unit)
+                        named_barrier_sync(6, 256);
+                    named_barrier_arrive(5, 256);
+                }
+                if (run == 1)
+                    load_c();
             }
             first_unit = false;
-            run_k_blocks(stagger_block, last_run_begin);
-            if constexpr (kEarlyCLoad) {
-                load_c();
-                run_k_blocks(c_block, unit.k_block_end);
-            }
         } else if constexpr (kEarlyCLoad) {
             // Two runs of K blocks with c's load between them, outside either (one or two more
             // chain ends a tile): with the load's code inside the K loop (a check at every block,
