@@ -499,24 +499,25 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr bool kWaveTurns = false;
 #endif
     [[maybe_unused]] bool first_turn = math_wg == 0;
-    // Staggered warpgroups (T::kStaggerBlocks = d > 0): warpgroup 1 starts each tile only once
-    // warpgroup 0 has promoted the tile's first d K blocks, so the two reach their epilogues d
-    // blocks apart and one's epilogue runs under the other's wgmmas instead of both leaving the
-    // tensor core idle at once. Named barrier 5 carries warpgroup 0's "started" to warpgroup 1,
-    // barrier 6 warpgroup 1's acknowledgement back (so that a tile of fewer than d blocks cannot
-    // let warpgroup 0 arrive twice on barrier 5 before warpgroup 1 has waited once). Warpgroup 0
-    // can run at most the ring's depth ahead. Measured (an H100, 2026-12-07, NOTES.md session
-    // 33): d = 2 1-2.6 % faster on every k-grouped FP8 shape, 3 mixed; on the 1D2D grouped and
-    // dense tiles and the BF16 kernel's 3-26 % slower. DG_PROBE_STAGGER_ONCE (probe builds)
-    // gates the first tile only and leaves the lead to itself afterwards.
+    // Staggered warpgroups (T::kStaggerBlocks = d > 0): warpgroup 1 starts its first tile only
+    // once warpgroup 0 has promoted that tile's first d K blocks (named barrier 5), so the two
+    // reach their epilogues apart and one's epilogue runs under the other's wgmmas instead of
+    // both leaving the tensor core idle at once. After that the lead is left to itself: the
+    // warpgroup alone in its K loop runs at up to twice its shared rate while the other stores,
+    // and warpgroup 0 can run at most the ring's depth ahead. Measured on H100s (2026-12-07,
+    // NOTES.md session 33) on the k-grouped FP8 shapes, d = 2: 0 to +4.9 % on all six; gating
+    // every tile (probe DG_PROBE_STAGGER_EVERY_TILE, barrier 6 acknowledging, so that a tile of
+    // fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before warpgroup 1
+    // has waited once) -3.6 to +4.8 %; on the 1D2D grouped and dense tiles, the dense 1D1D and
+    // the BF16 kernel every-tile gating ran 2-26 % slower.
     constexpr uint32_t kStaggerBlocks = T::kStaggerBlocks;
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kNumMathWarpgroups == 2 && !T::kSplitK &&
                               !T::kStreamK && T::kRowWaves == 1;
     static_assert(!kStagger || kStaggerBlocks < T::kNumStages, "warpgroup 0 cannot lead by the whole ring");
-#ifdef DG_PROBE_STAGGER_ONCE
-    constexpr bool kStaggerOnce = true;
+#ifdef DG_PROBE_STAGGER_EVERY_TILE
+    constexpr bool kGateEveryTile = true;
 #else
-    constexpr bool kStaggerOnce = false;
+    constexpr bool kGateEveryTile = false;
 #endif
     [[maybe_unused]] bool first_unit = true;
     // The warpgroup's 64-row slice of the tile (0 for both with kSplitColumns) and its first
@@ -672,21 +673,17 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
         };
         if constexpr (kStagger) {
             // Runs [begin, stagger), [stagger, c_block), [c_block, end) (the last with
-            // kEarlyCLoad only): warpgroup 0 says "started" after the first, warpgroup 1 waits
-            // for it before its first, c's load comes before the last. One loop, not three
-            // calls: each inlined copy of run_k_blocks is ~5k instructions at 128x112, and
-            // three of them measured ... (NOTES.md session 33).
+            // kEarlyCLoad only): at a gated tile warpgroup 0 says "started" after the first and
+            // warpgroup 1 waits for it before its first; c's load comes before the last. (Every
+            // tile is split, as measured; the split only matters at the first.) One loop, not
+            // three calls: an inlined copy of run_k_blocks is ~5k instructions at 128x112.
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
-            uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
-                                   ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
-#ifdef DG_PROBE_STAGGER_WG1_WHOLE   // probe: warpgroup 1 runs without the split (one chain end less)
-            if (math_wg == 1)
-                stagger_block = unit.k_block_begin;
-#endif
-            const bool gate = first_unit || !kStaggerOnce;
+            const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
+                                         ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
+            const bool gate = first_unit || kGateEveryTile;
             if (math_wg == 1 && gate) {
                 named_barrier_sync(5, 256);
-                if (!kStaggerOnce)
+                if (kGateEveryTile)
                     named_barrier_arrive(6, 256);
             }
 #pragma unroll 1
@@ -694,7 +691,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                 run_k_blocks(run == 0 ? unit.k_block_begin : run == 1 ? stagger_block : c_block,
                              run == 0 ? stagger_block : run == 1 ? last_run_begin : unit.k_block_end);
                 if (run == 0 && math_wg == 0 && gate) {
-                    if (!first_unit)
+                    if (kGateEveryTile && !first_unit)
                         named_barrier_sync(6, 256);
                     named_barrier_arrive(5, 256);
                 }

@@ -38,10 +38,10 @@ BF16_KERNEL_SYMBOL = "sm90_k_grouped_bf16_gemm"
 # Groups per launch: the parameter struct holds three 128-byte descriptors a group (6.2 KB at 16,
 # within the 32 KB CUDA allows kernel parameters since 12.1); more groups take several launches.
 MAX_GROUPS_PER_LAUNCH = 16
-# fp8_gemm.cuh's staggered warpgroups: warpgroup 1 starts each tile this many K blocks after
-# warpgroup 0, so their epilogues (an FP32 c load and store after a short K loop) overlap the other's
-# wgmmas. 2 ran 1-2.6 % faster than 0 on all six bench_grouped shapes, 3 mixed (an H100, NOTES.md
-# session 33).
+# fp8_gemm.cuh's staggered warpgroups: warpgroup 1 starts its first tile this many K blocks after
+# warpgroup 0, so that their epilogues (an FP32 c load and store after a short K loop) overlap the
+# other's wgmmas rather than each other. 2 ran 0 to +4.9 % against 0 on the six bench_grouped shapes
+# (an H100, NOTES.md session 33).
 K_GROUPED_FP8_STAGGER_BLOCKS = 2
 _DESCRIPTOR_BYTES = 128
 
