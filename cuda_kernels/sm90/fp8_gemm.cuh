@@ -25,6 +25,8 @@
 // both warpgroups, each on one column half, for the masked layout's row granularity: 64x256
 // is chosen for groups of a few 64-row units, where it measured 3-4 % faster than 128x128
 // (heuristics.sm90.SPLIT_COLUMNS_ROWS; benchmarks/NOTES.md, sessions 31-32).
+// The k-grouped GEMM staggers its two warpgroups (kStaggerBlocks: the second starts its first tile
+// two K blocks late), so that one's FP32 c-add epilogue runs under the other's wgmmas (session 33).
 //
 // The pipeline (TMA producer warp, stage ring, persistent scheduler, optional 2-CTA multicast)
 // is gemm_pipeline.cuh's, with each stage's scales as extra TMA loads (ScaleTileLoads); the
