@@ -83,10 +83,11 @@ struct Fp8GemmTraits {
     // warpgroup. A masked group then rounds its rows up to 64, not 128, without leaving a
     // warpgroup idle (a 64-row tile with one warpgroup cannot keep the tensor core busy).
     static constexpr bool kSplitColumns = kSplitColumns_;
-    // Staggered warpgroups (consume_fp8): warpgroup 1 starts each tile once warpgroup 0 has
-    // promoted the tile's first kStaggerBlocks K blocks (0: together). The k-grouped FP8 GEMM
+    // Staggered warpgroups (consume_fp8): warpgroup 1 starts its first tile once warpgroup 0 has
+    // promoted that tile's first kStaggerBlocks K blocks (0: together). The k-grouped FP8 GEMM
     // takes 2 (its tiles are short and end in an FP32 c load and store); the probe builds
-    // DG_PROBE_STAGGER_<d> / DG_PROBE_NO_STAGGER override it.
+    // DG_PROBE_STAGGER_<d> / DG_PROBE_NO_STAGGER override it (DG_PROBE_STAGGER_EVERY_TILE: gate
+    // every tile, not just the first).
 #if defined(DG_PROBE_STAGGER_1)
     static constexpr uint32_t kStaggerBlocks = 1;
 #elif defined(DG_PROBE_STAGGER_2)
