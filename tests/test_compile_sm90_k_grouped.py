@@ -8,13 +8,18 @@ SASS checks): no spills, no stack frame, wgmma not serialized (C7510); in the SA
 wide as the tile, TMA loads and stores, no CALL.ABS. Compiling also checks the kernels'
 static_asserts: their shared-memory plan and sizeof(KGroupedOperands) equal the host's.
 """
+import re
+
 import pytest
 from shapes import K_GROUPED_GMNK
 import torch
 from test_compile_sm90 import _check_ptxas_report, _check_sass, jit_cache_dir  # noqa: F401 (fixture)
 from test_compile_sm90_fp8 import check_fp8_binary
 
+from dg_triton.jit import compiler
+from dg_triton.kernels import sm90_fp8_gemm
 from dg_triton.kernels import sm90_k_grouped_gemm as kg
+from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmKernelSpec
 
 pytestmark = pytest.mark.compile
 
@@ -65,6 +70,26 @@ def test_k_grouped_bf16_variant_compiles_without_spills_with_hgmma_and_tma(spec)
     assert compiled.cubin[:4] == b"\x7fELF"
     _check_ptxas_report(compiled)
     _check_sass(compiled, spec.config.block_n)
+
+
+_STAGGER_ARRIVE = re.compile(r"BAR\.ARV 0x5, 0x100\b")
+_STAGGER_WAIT = re.compile(r"BAR\.SYNC(?:\.DEFER_BLOCKING)? 0x5, 0x100\b")
+
+
+@pytest.mark.parametrize("spec", [s for s in _VARIANTS if s.config.block_m == 128],
+                         ids=[s.name for s in _VARIANTS if s.config.block_m == 128])
+def test_k_grouped_fp8_two_warpgroup_variants_stagger_their_warpgroups(spec):
+    """fp8_gemm.cuh's stagger (K_GROUPED_FP8_STAGGER_BLOCKS): warpgroup 0's arrival and warpgroup
+    1's wait on named barrier 5 (256 threads) are in the binary; the dense FP8 kernel, built
+    with the traits' default, has neither."""
+    if compiler.cuobjdump_path() is None:
+        pytest.skip("cuobjdump not found: cannot read the SASS")
+    assert kg.K_GROUPED_FP8_STAGGER_BLOCKS > 0
+    sass = compiler.disassemble(kg.compile_spec(spec).entry_dir / "kernel.cubin")
+    assert _STAGGER_ARRIVE.search(sass) and _STAGGER_WAIT.search(sass), spec.name
+    dense = Fp8GemmKernelSpec(spec.config, True, torch.float32, True)
+    dense_sass = compiler.disassemble(sm90_fp8_gemm.compile_spec(dense).entry_dir / "kernel.cubin")
+    assert not _STAGGER_ARRIVE.search(dense_sass) and not _STAGGER_WAIT.search(dense_sass), dense.name
 
 
 def test_k_grouped_bf16_variants_cover_both_d_dtypes_and_a_one_row_a():
