@@ -6,7 +6,9 @@ k-grouped shapes and for the GPU tests' tail shapes, compiled through the projec
 as the dense kernels are (test_compile_sm90_fp8.check_fp8_binary, test_compile_sm90's ptxas and
 SASS checks): no spills, no stack frame, wgmma not serialized (C7510); in the SASS QGMMA / HGMMA as
 wide as the tile, TMA loads and stores, no CALL.ABS. Compiling also checks the kernels'
-static_asserts: their shared-memory plan and sizeof(KGroupedOperands) equal the host's.
+static_asserts: their shared-memory plan and sizeof(KGroupedOperands) equal the host's. The FP8
+binaries with two consumer warpgroups carry the first-tile stagger's named barrier (and the dense
+FP8 kernel does not).
 """
 import re
 
@@ -19,7 +21,6 @@ from test_compile_sm90_fp8 import check_fp8_binary
 from dg_triton.jit import compiler
 from dg_triton.kernels import sm90_fp8_gemm
 from dg_triton.kernels import sm90_k_grouped_gemm as kg
-from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmKernelSpec
 
 pytestmark = pytest.mark.compile
 
@@ -74,22 +75,34 @@ def test_k_grouped_bf16_variant_compiles_without_spills_with_hgmma_and_tma(spec)
 
 _STAGGER_ARRIVE = re.compile(r"BAR\.ARV 0x5, 0x100\b")
 _STAGGER_WAIT = re.compile(r"BAR\.SYNC(?:\.DEFER_BLOCKING)? 0x5, 0x100\b")
+_STAGGER_ACK = re.compile(r"BAR\.\S+ 0x6, 0x100\b")   # the every-tile probe form's barrier
 
 
-@pytest.mark.parametrize("spec", [s for s in _VARIANTS if s.config.block_m == 128],
-                         ids=[s.name for s in _VARIANTS if s.config.block_m == 128])
-def test_k_grouped_fp8_two_warpgroup_variants_stagger_their_warpgroups(spec):
-    """fp8_gemm.cuh's stagger (K_GROUPED_FP8_STAGGER_BLOCKS): warpgroup 0's arrival and warpgroup
-    1's wait on named barrier 5 (256 threads) are in the binary; the dense FP8 kernel, built
-    with the traits' default, has neither."""
+def _sass(compiled) -> str:
     if compiler.cuobjdump_path() is None:
         pytest.skip("cuobjdump not found: cannot read the SASS")
+    return compiler.disassemble(compiled.entry_dir / "kernel.cubin")
+
+
+@pytest.mark.parametrize("spec", _VARIANTS, ids=[spec.name for spec in _VARIANTS])
+def test_k_grouped_fp8_variant_staggers_its_warpgroups_at_the_first_tile_only(spec):
+    """fp8_gemm.cuh's stagger (K_GROUPED_FP8_STAGGER_BLOCKS): a two-warpgroup binary carries
+    warpgroup 0's arrival and warpgroup 1's wait on named barrier 5 (256 threads) and no barrier 6
+    (which only gating every tile needs); a one-warpgroup binary (64-row tiles) has no 256-thread
+    barrier at all, which would hang it."""
     assert kg.K_GROUPED_FP8_STAGGER_BLOCKS > 0
-    sass = compiler.disassemble(kg.compile_spec(spec).entry_dir / "kernel.cubin")
-    assert _STAGGER_ARRIVE.search(sass) and _STAGGER_WAIT.search(sass), spec.name
-    dense = Fp8GemmKernelSpec(spec.config, True, torch.float32, True)
-    dense_sass = compiler.disassemble(sm90_fp8_gemm.compile_spec(dense).entry_dir / "kernel.cubin")
-    assert not _STAGGER_ARRIVE.search(dense_sass) and not _STAGGER_WAIT.search(dense_sass), dense.name
+    sass = _sass(kg.compile_spec(spec))
+    two_warpgroups = spec.config.block_m == 128
+    assert bool(_STAGGER_ARRIVE.search(sass)) == two_warpgroups, spec.name
+    assert bool(_STAGGER_WAIT.search(sass)) == two_warpgroups, spec.name
+    assert not _STAGGER_ACK.search(sass), spec.name
+
+
+def test_the_dense_fp8_kernel_does_not_stagger():
+    """The traits' default (kStaggerBlocks = 0) leaves the dense kernel without the barrier."""
+    config = next(spec.config for spec in _VARIANTS if spec.config.block_m == 128)
+    sass = _sass(sm90_fp8_gemm.compile_spec(sm90_fp8_gemm.Fp8GemmKernelSpec(config, True, torch.float32, True)))
+    assert not _STAGGER_ARRIVE.search(sass) and not _STAGGER_WAIT.search(sass)
 
 
 def test_k_grouped_bf16_variants_cover_both_d_dtypes_and_a_one_row_a():

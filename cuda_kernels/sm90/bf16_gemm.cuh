@@ -142,9 +142,10 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr bool kEarlyCLoad = false;
 #endif
 
-    // Probe (DG_PROBE_STAGGER_<d>, as fp8_gemm.cuh's): warpgroup 1 starts each tile once
-    // warpgroup 0 has issued the tile's first d K blocks (barrier 5; barrier 6 acknowledges), so
-    // that one warpgroup's epilogue runs under the other's wgmmas.
+    // Probe (DG_PROBE_STAGGER_<d>; gating every tile, as fp8_gemm.cuh's DG_PROBE_STAGGER_EVERY_TILE
+    // form): warpgroup 1 starts each tile once warpgroup 0 has issued the tile's first d K blocks
+    // (barrier 5; barrier 6 acknowledges, and warpgroup 0 takes the last acknowledgement after
+    // its last tile), so that one warpgroup's epilogue runs under the other's wgmmas.
 #if defined(DG_PROBE_STAGGER_1)
     constexpr uint32_t kStaggerBlocks = 1;
 #elif defined(DG_PROBE_STAGGER_2)
@@ -271,6 +272,10 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 epilogue_phase, unit_tma_d(tma_d, unit), unit.m_block * T::kBlockM + math_wg * 64,
                 unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
         }
+    }
+    if constexpr (kStagger) {
+        if (math_wg == 0 && !first_unit)
+            named_barrier_sync(6, 256);
     }
     T::Epilogue::finish();
 }

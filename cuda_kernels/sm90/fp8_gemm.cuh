@@ -508,11 +508,12 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     // both leaving the tensor core idle at once. After that the lead is left to itself: the
     // warpgroup alone in its K loop runs at up to twice its shared rate while the other stores,
     // and warpgroup 0 can run at most the ring's depth ahead. Measured on H100s (2026-12-07,
-    // NOTES.md session 33) on the k-grouped FP8 shapes, d = 2: 0 to +4.9 % on all six; gating
-    // every tile (probe DG_PROBE_STAGGER_EVERY_TILE, barrier 6 acknowledging, so that a tile of
-    // fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before warpgroup 1
-    // has waited once) -3.6 to +4.8 %; on the 1D2D grouped and dense tiles, the dense 1D1D and
-    // the BF16 kernel every-tile gating ran 2-26 % slower.
+    // NOTES.md session 33) on the k-grouped FP8 shapes, d = 2: 0 to +4.9 % speed on all six;
+    // gating every tile (probe DG_PROBE_STAGGER_EVERY_TILE, barrier 6 acknowledging, so that a
+    // tile of fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before
+    // warpgroup 1 has waited once) -3.5 to +5.0 %. Gating every tile of the 1D2D grouped and
+    // dense tiles, the dense 1D1D and the BF16 kernel ran at 0.74-1.00x their speed (the first-
+    // tile form was not timed there).
     constexpr uint32_t kStaggerBlocks = T::kStaggerBlocks;
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kNumMathWarpgroups == 2 && !T::kSplitK &&
                               !T::kStreamK && T::kRowWaves == 1;
@@ -678,7 +679,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // Runs [begin, stagger), [stagger, c_block), [c_block, end) (the last with
             // kEarlyCLoad only): at a gated tile warpgroup 0 says "started" after the first and
             // warpgroup 1 waits for it before its first; c's load comes before the last. (Every
-            // tile is split, as measured; the split only matters at the first.) One loop, not
+            // tile is split, as measured; the split only matters at a gated one.) One loop, not
             // three calls: an inlined copy of run_k_blocks is ~5k instructions at 128x112.
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
             const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
@@ -758,6 +759,12 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
                     /*barrier_id=*/1 + math_wg);
             }
         }
+    }
+    // (Every-tile stagger: warpgroup 1's acknowledgement of the last tile, taken here so that no
+    // barrier is left half-arrived.)
+    if constexpr (kStagger && kGateEveryTile) {
+        if (math_wg == 0 && !first_unit)
+            named_barrier_sync(6, 256);
     }
     // (Turns: warpgroup 1's last issue handed a turn to warpgroup 0, which takes it here.)
     if constexpr (kWaveTurns) {
