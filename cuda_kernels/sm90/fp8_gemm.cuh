@@ -679,12 +679,17 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
             // Runs [begin, stagger), [stagger, c_block), [c_block, end) (the last with
             // kEarlyCLoad only): at a gated tile warpgroup 0 says "started" after the first and
             // warpgroup 1 waits for it before its first; c's load comes before the last. (Every
-            // tile is split, as measured; the split only matters at a gated one.) One loop, not
+            // tile is split, as measured; the split only matters at a gated one: probe
+            // DG_PROBE_STAGGER_SPLIT_GATED_ONLY, not yet timed.) One loop, not
             // three calls: an inlined copy of run_k_blocks is ~5k instructions at 128x112.
             const uint32_t last_run_begin = kEarlyCLoad ? c_block : unit.k_block_end;
-            const uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
-                                         ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
             const bool gate = first_unit || kGateEveryTile;
+            uint32_t stagger_block = unit.k_block_begin + kStaggerBlocks < last_run_begin
+                                   ? unit.k_block_begin + kStaggerBlocks : last_run_begin;
+#ifdef DG_PROBE_STAGGER_SPLIT_GATED_ONLY   // probe: ungated tiles run unsplit (one chain end less)
+            if (!gate)
+                stagger_block = unit.k_block_begin;
+#endif
             if (math_wg == 1 && gate) {
                 named_barrier_sync(5, 256);
                 if (kGateEveryTile)
