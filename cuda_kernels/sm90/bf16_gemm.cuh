@@ -146,15 +146,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     // form): warpgroup 1 starts each tile once warpgroup 0 has issued the tile's first d K blocks
     // (barrier 5; barrier 6 acknowledges, and warpgroup 0 takes the last acknowledgement after
     // its last tile), so that one warpgroup's epilogue runs under the other's wgmmas.
-#if defined(DG_PROBE_STAGGER_1)
-    constexpr uint32_t kStaggerBlocks = 1;
-#elif defined(DG_PROBE_STAGGER_2)
-    constexpr uint32_t kStaggerBlocks = 2;
-#elif defined(DG_PROBE_STAGGER_3)
-    constexpr uint32_t kStaggerBlocks = 3;
-#else
-    constexpr uint32_t kStaggerBlocks = 0;
-#endif
+    constexpr uint32_t kStaggerBlocks = stagger_blocks(0);
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kBlockM == 128 && !T::kSplitK &&
                               !T::kStreamK && kStaggerBlocks < T::kNumStages;
     [[maybe_unused]] bool first_unit = true;

@@ -86,19 +86,9 @@ struct Fp8GemmTraits {
     // Staggered warpgroups (consume_fp8): warpgroup 1 starts its first tile once warpgroup 0 has
     // promoted that tile's first kStaggerBlocks K blocks (0: together). The k-grouped FP8 GEMM
     // takes 2 (its tiles are short and end in an FP32 c load and store); the probe builds
-    // DG_PROBE_STAGGER_<d> / DG_PROBE_NO_STAGGER override it (DG_PROBE_STAGGER_EVERY_TILE: gate
-    // every tile, not just the first).
-#if defined(DG_PROBE_STAGGER_1)
-    static constexpr uint32_t kStaggerBlocks = 1;
-#elif defined(DG_PROBE_STAGGER_2)
-    static constexpr uint32_t kStaggerBlocks = 2;
-#elif defined(DG_PROBE_STAGGER_3)
-    static constexpr uint32_t kStaggerBlocks = 3;
-#elif defined(DG_PROBE_NO_STAGGER)
-    static constexpr uint32_t kStaggerBlocks = 0;
-#else
-    static constexpr uint32_t kStaggerBlocks = kStaggerBlocks_;
-#endif
+    // DG_PROBE_STAGGER_<d> / DG_PROBE_NO_STAGGER override it (gemm_pipeline.cuh stagger_blocks;
+    // DG_PROBE_STAGGER_EVERY_TILE: gate every tile, not just the first).
+    static constexpr uint32_t kStaggerBlocks = stagger_blocks(kStaggerBlocks_);
     static constexpr uint32_t kNumRowSlices = kBlockM / 64;
     static constexpr uint32_t kNumMathWarpgroups =
         kSplitColumns ? 2 : kNumRowSlices < 2 ? kNumRowSlices : 2;

@@ -27,6 +27,24 @@ struct DenseScheduler<T, true> {
 template <class T>
 using Scheduler = typename DenseScheduler<T>::type;
 
+// How many K blocks a consumer's second warpgroup starts behind its first (fp8_gemm.cuh's
+// staggered warpgroups): `shipped`, unless a probe build (DG_PROBE_STAGGER_<d>,
+// DG_PROBE_NO_STAGGER) sets it. (A function, not a namespace-scope constant: see epilogue.cuh's
+// early_c_load_block.)
+__host__ __device__ constexpr uint32_t stagger_blocks([[maybe_unused]] uint32_t shipped) {
+#if defined(DG_PROBE_STAGGER_1)
+    return 1;
+#elif defined(DG_PROBE_STAGGER_2)
+    return 2;
+#elif defined(DG_PROBE_STAGGER_3)
+    return 3;
+#elif defined(DG_PROBE_NO_STAGGER)
+    return 0;
+#else
+    return shipped;
+#endif
+}
+
 // Stage ring position: the stage index and the parity of the barrier phase it is in.
 struct PipelineState {
     uint32_t stage = 0, phase = 0;
