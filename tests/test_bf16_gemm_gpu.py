@@ -355,10 +355,11 @@ def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, clust
 # early-load probe: c loaded after issuing K block 12 of 16 (0-based), 20 of 24, 2 of 6; at the
 # store with 5 K blocks and one
 @pytest.mark.parametrize("k", (1000, 1536, 384, 320, 64))
-def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, block_n, k):
-    """The load of c under the K loop (DG_PROBE_EARLY_C_LOAD, bf16_gemm.cuh kEarlyCLoad) on an FP32
-    D += c, more tiles than SMs: bitwise equal to the default build, which loads it at the store
-    (same arithmetic, same order), and to the reference."""
+def test_bf16_gemm_early_c_load_and_serial_add_probes_equal_the_default_build(alias, block_m, block_n, k):
+    """The load of c under the K loop (DG_PROBE_EARLY_C_LOAD, bf16_gemm.cuh kEarlyCLoad) and the
+    epilogue's c added one pair at a time (DG_PROBE_SERIAL_C_ADD, epilogue.cuh) on an FP32 D += c,
+    more tiles than SMs: bitwise equal to the default build, which loads c at the store and adds
+    it in batches (same arithmetic, same order), and to the reference."""
     from dg_triton import validation
     from dg_triton.heuristics.sm90 import make_config
     from dg_triton.kernels import sm90_bf16_gemm
@@ -371,13 +372,14 @@ def test_bf16_gemm_early_c_load_probe_equals_the_default_build(alias, block_m, b
     config = make_config(m, n, block_m, block_n, 1, k, 4, 132)
     assert config is not None and -(-m // block_m) * -(-n // block_n) > config.num_sms
     outputs = []
-    for defines in ((), ("DG_PROBE_EARLY_C_LOAD",)):
+    for defines in ((), ("DG_PROBE_EARLY_C_LOAD",), ("DG_PROBE_SERIAL_C_ADD",)):
         d = c.clone()
         problem = validation.bf16_gemm("test", a_nt, b_nt, d, d)
         sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], True, "", config, defines)
         torch.cuda.synchronize()
         outputs.append(d)
     assert torch.equal(outputs[1], outputs[0]), "the early load of c changed the result"
+    assert torch.equal(outputs[2], outputs[0]), "the batched c add changed the result"
     assert calc_diff(outputs[1], gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
 
 

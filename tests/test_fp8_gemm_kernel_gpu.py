@@ -166,12 +166,13 @@ def test_fp8_kernel_every_l2_group_equals_group_8_bitwise(block_m, cluster_m, cl
 # of 4), of 9, of 17 and of 6 (the fewest that load early: a chain of 2, the load, a chain of 4);
 # at the store with 5 K blocks, 4 and one
 @pytest.mark.parametrize("k", (2048, 1040, 2176, 768, 640, 512, 128))
-def test_fp8_kernel_early_c_load_equals_the_late_load_probe(block_n, k):
+def test_fp8_kernel_early_c_load_equals_the_late_load_and_serial_add_probes(block_n, k):
     """The load of c under the K loop (the default, fp8_gemm.cuh kEarlyCLoad) against the load at
-    the store (DG_PROBE_LATE_C_LOAD, benchmarks/probe_fp8.py), with more tiles than SMs so that
-    CTAs reuse their staging for a second tile: the same arithmetic in the same order, so the
-    outputs must be bitwise equal (a c loaded late, stale or not at all cannot hide behind a
-    calc_diff threshold), and match the references."""
+    the store (DG_PROBE_LATE_C_LOAD, benchmarks/probe_fp8.py), and the epilogue's batched c add
+    against one pair at a time (DG_PROBE_SERIAL_C_ADD, epilogue.cuh), with more tiles than SMs so
+    that CTAs reuse their staging for a second tile: the same arithmetic in the same order, so
+    the outputs must be bitwise equal (a c loaded late, stale, not at all or added to the wrong
+    pair cannot hide behind a calc_diff threshold), and match the references."""
     _require_sm90()
     from dg_triton.heuristics.sm90 import make_fp8_config
     from dg_triton.testing import calc_diff
@@ -182,11 +183,12 @@ def test_fp8_kernel_early_c_load_equals_the_late_load_probe(block_n, k):
     config = make_fp8_config("1d1d", m, n, 128, block_n, 1, k, 4, 132)
     assert config is not None and -(-m // 128) * -(-n // block_n) > config.num_sms
     outputs = []
-    for defines in ((), ("DG_PROBE_LATE_C_LOAD",)):
+    for defines in ((), ("DG_PROBE_LATE_C_LOAD",), ("DG_PROBE_SERIAL_C_ADD",)):
         d = c.clone()
         _run(a_q, sfa, b_q, sfb, d, m, n, k, "1d1d", True, config, probe_defines=defines)
         outputs.append(d)
     assert torch.equal(outputs[0], outputs[1]), "the early load of c changed the result"
+    assert torch.equal(outputs[0], outputs[2]), "the batched c add changed the result"
     assert calc_diff(outputs[0].float(), dequant_ref + c) < THRESHOLD
     assert calc_diff(outputs[0].float(), a.float() @ b.float().T + c) < THRESHOLD
 

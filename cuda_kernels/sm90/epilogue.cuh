@@ -101,6 +101,12 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr bool kReduceC = false;
 #endif
     static constexpr bool kLoadC = kAccumulate && !kReduceC;
+    // Probe builds (DG_PROBE_SERIAL_C_ADD): c added one pair at a time, load then store (store()).
+#ifdef DG_PROBE_SERIAL_C_ADD
+    static constexpr bool kSerialCAdd = true;
+#else
+    static constexpr bool kSerialCAdd = false;
+#endif
 #ifdef DG_PROBE_NO_STMATRIX
     static constexpr bool kStmatrix = false;
 #else
@@ -201,7 +207,7 @@ struct SwizzledTmaStoreEpilogue {
                                 OutputPair<OutT>::pack(acc[t * 4 + 4], acc[t * 4 + 5]),
                                 OutputPair<OutT>::pack(acc[t * 4 + 6], acc[t * 4 + 7]));
                 }
-            } else {
+            } else if constexpr (!kLoadC || kSerialCAdd) {
 #pragma unroll
                 for (uint32_t i = 0; i < kChunkCols / 8; ++i) {
                     const uint32_t t = chunk * kChunkCols / 8 + i;
@@ -219,6 +225,38 @@ struct SwizzledTmaStoreEpilogue {
                         }
                         OutputPair<OutT>::store(p, v);
                     }
+                }
+            } else {
+                // c + acc in batches of kCBatch column groups, each batch's c loaded before any
+                // of its sums is stored. One load, add and store per pair in turn (the loop
+                // above, which probe builds with DG_PROBE_SERIAL_C_ADD keep) left every load's
+                // latency exposed: the asm statements keep their order and ptxas cannot tell a
+                // store's address from the next load's, so at 128x112 a thread ran 28 dependent
+                // LDS -> FADD -> STS steps.
+                constexpr uint32_t kCBatch = 8;
+                auto pair_addr = [&](uint32_t t, uint32_t half) {
+                    return staging_addr + offset(fragment_row(half), fragment_col(t) - chunk * kChunkCols);
+                };
+#pragma unroll
+                for (uint32_t i0 = 0; i0 < kChunkCols / 8; i0 += kCBatch) {
+                    const uint32_t t0 = chunk * kChunkCols / 8 + i0;
+                    float2 old[kCBatch][2];
+#pragma unroll
+                    for (uint32_t j = 0; j < kCBatch; ++j)
+                        if (i0 + j < kChunkCols / 8 && t0 + j < kBlockN / 8)
+#pragma unroll
+                            for (uint32_t half = 0; half < 2; ++half)
+                                old[j][half] = OutputPair<OutT>::load(pair_addr(t0 + j, half));
+#pragma unroll
+                    for (uint32_t j = 0; j < kCBatch; ++j)
+                        if (i0 + j < kChunkCols / 8 && t0 + j < kBlockN / 8)
+#pragma unroll
+                            for (uint32_t half = 0; half < 2; ++half) {
+                                const uint32_t t = t0 + j;
+                                OutputPair<OutT>::store(pair_addr(t, half),
+                                                        make_float2(acc[t * 4 + half * 2] + old[j][half].x,
+                                                                    acc[t * 4 + half * 2 + 1] + old[j][half].y));
+                            }
                 }
             }
             fence_proxy_async_shared();
