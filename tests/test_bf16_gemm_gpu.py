@@ -353,7 +353,7 @@ def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, clust
 @pytest.mark.parametrize("alias", ("nt", "tn"))
 @pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
 # early-load probe: c loaded after issuing K block 12 of 16 (0-based), 20 of 24, 2 of 6; at the
-# store with 5 K blocks and one
+# store with 5 K blocks and one (the serial-add probe: the same store at every k)
 @pytest.mark.parametrize("k", (1000, 1536, 384, 320, 64))
 def test_bf16_gemm_early_c_load_and_serial_add_probes_equal_the_default_build(alias, block_m, block_n, k):
     """The load of c under the K loop (DG_PROBE_EARLY_C_LOAD, bf16_gemm.cuh kEarlyCLoad) and the
@@ -381,6 +381,32 @@ def test_bf16_gemm_early_c_load_and_serial_add_probes_equal_the_default_build(al
     assert torch.equal(outputs[1], outputs[0]), "the early load of c changed the result"
     assert torch.equal(outputs[2], outputs[0]), "the batched c add changed the result"
     assert calc_diff(outputs[1], gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
+
+
+@pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
+def test_bf16_gemm_batched_c_add_equals_the_serial_probe_with_a_bf16_d(block_m, block_n):
+    """A bf16 D += c in place (c read from bf16, summed in FP32, rounded once): the default build's
+    batched c add against DG_PROBE_SERIAL_C_ADD (one pair at a time), more tiles than SMs: bitwise
+    equal, and equal to the reference (an element left as c, or a pair added to the wrong c,
+    would not be)."""
+    from dg_triton import validation
+    from dg_triton.heuristics.sm90 import make_config
+    from dg_triton.kernels import sm90_bf16_gemm
+
+    m, n, k = 2000, 4096, 1000
+    a, b = operands("nt", m, n, k)
+    c = torch.randn(m, n, device="cuda").mul_(32).to(torch.bfloat16)
+    config = make_config(m, n, block_m, block_n, 1, k, 2, 132)
+    assert config is not None and -(-m // block_m) * -(-n // block_n) > config.num_sms
+    outputs = []
+    for defines in ((), ("DG_PROBE_SERIAL_C_ADD",)):
+        d = c.clone()
+        problem = validation.bf16_gemm("test", a, b, d, d)
+        sm90_bf16_gemm.run("test", a, b, d, problem[:7], problem[7], True, "", config, defines)
+        torch.cuda.synchronize()
+        outputs.append(d)
+    assert torch.equal(outputs[1], outputs[0]), "the batched c add changed the result"
+    assert calc_diff(outputs[0].float(), gemm_reference(a, b, outputs[0], c, "nt").float()) < THRESHOLD
 
 
 @pytest.mark.parametrize("alias", ("nt", "tn"))

@@ -178,6 +178,11 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
         for k_major in (True, False):
             spec = _spec(_find(tiles, block_m, block_n), k_major, k_major, torch.float32, True)
             full_sass.append(replace(spec, probe_defines=("DG_PROBE_EARLY_C_LOAD",)))
+    # The epilogue's c added one pair at a time (DG_PROBE_SERIAL_C_ADD, the order before the
+    # batched add), with an FP32 and a BF16 D.
+    for out_dtype in (torch.float32, torch.bfloat16):
+        spec = _spec(_find(tiles, 128, 256), True, True, out_dtype, True)
+        full_sass.append(replace(spec, probe_defines=("DG_PROBE_SERIAL_C_ADD",)))
     unique = dict.fromkeys(full_sass, True)
     for spec in ptxas_only:
         unique.setdefault(spec, False)

@@ -74,6 +74,11 @@ def _variants():
         spec = Fp8GemmKernelSpec(config, True, torch.float32, True,
                                  probe_defines=("DG_PROBE_LATE_C_LOAD",))
         specs[spec.name] = spec
+    # The epilogue's c added one pair at a time (DG_PROBE_SERIAL_C_ADD, the order before the
+    # batched add; the GPU tests compare the two bit for bit): the wgrad tile.
+    config = heuristics.make_fp8_config("1d1d", 4096, 4096, 128, 112, 1, 7168, 4, _NUM_SMS)
+    spec = Fp8GemmKernelSpec(config, True, torch.float32, True, probe_defines=("DG_PROBE_SERIAL_C_ADD",))
+    specs[spec.name] = spec
     return sorted(specs.values(), key=lambda spec: spec.name)
 
 

@@ -101,7 +101,8 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr bool kReduceC = false;
 #endif
     static constexpr bool kLoadC = kAccumulate && !kReduceC;
-    // Probe builds (DG_PROBE_SERIAL_C_ADD): c added one pair at a time, load then store (store()).
+    // Probe builds (DG_PROBE_SERIAL_C_ADD): c added one pair at a time, load then store, the order
+    // before the batched add (store()); kept for the GPU tests' bitwise comparison and for timing.
 #ifdef DG_PROBE_SERIAL_C_ADD
     static constexpr bool kSerialCAdd = true;
 #else
@@ -232,7 +233,9 @@ struct SwizzledTmaStoreEpilogue {
                 // above, which probe builds with DG_PROBE_SERIAL_C_ADD keep) left every load's
                 // latency exposed: the asm statements keep their order and ptxas cannot tell a
                 // store's address from the next load's, so at 128x112 a thread ran 28 dependent
-                // LDS -> FADD -> STS steps.
+                // LDS -> FADD -> STS steps. 8 column groups: 32 floats of c live at once, which
+                // fit beside the accumulators without spills in every accumulating binary, 128x256
+                // BF16 (128 accumulators a thread) included.
                 constexpr uint32_t kCBatch = 8;
                 auto pair_addr = [&](uint32_t t, uint32_t half) {
                     return staging_addr + offset(fragment_row(half), fragment_col(t) - chunk * kChunkCols);
