@@ -235,7 +235,10 @@ struct SwizzledTmaStoreEpilogue {
                 // store's address from the next load's, so at 128x112 a thread ran 28 dependent
                 // LDS -> FADD -> STS steps. 8 column groups: 32 floats of c live at once, which
                 // fit beside the accumulators without spills in every accumulating binary, 128x256
-                // BF16 (128 accumulators a thread) included.
+                // BF16 (128 accumulators a thread) included. Measured on one H100 (NOTES.md
+                // session 34): no change beyond run-to-run noise on the k-grouped and dense 1D1D
+                // shapes (the two warpgroups' epilogue loads interleave on each sub-partition);
+                // kept as the form with fewer waits, the probe for an H200 comparison.
                 constexpr uint32_t kCBatch = 8;
                 auto pair_addr = [&](uint32_t t, uint32_t half) {
                     return staging_addr + offset(fragment_row(half), fragment_col(t) - chunk * kChunkCols);
