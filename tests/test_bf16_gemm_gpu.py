@@ -350,6 +350,22 @@ def test_bf16_gemm_every_l2_group_equals_group_8_bitwise(block_m, block_n, clust
         assert torch.equal(d, outputs[8]), f"group {group_m} differs from group 8"
 
 
+def in_place_builds(a_nt, b_nt, c, config, probe_builds):
+    """D = c + A @ B in place (d starts as a copy of c) through the kernel with `config`, once per
+    probe build (a tuple of kernel macros; () is the default build): the D of each."""
+    from dg_triton import validation
+    from dg_triton.kernels import sm90_bf16_gemm
+
+    outputs = []
+    for defines in probe_builds:
+        d = c.clone()
+        problem = validation.bf16_gemm("test", a_nt, b_nt, d, d)
+        sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], True, "", config, defines)
+        torch.cuda.synchronize()
+        outputs.append(d)
+    return outputs
+
+
 @pytest.mark.parametrize("alias", ("nt", "tn"))
 @pytest.mark.parametrize("block_m,block_n", ((128, 256), (64, 64)))
 # early-load probe: c loaded after issuing K block 12 of 16 (0-based), 20 of 24, 2 of 6; at the
@@ -360,9 +376,7 @@ def test_bf16_gemm_early_c_load_and_serial_add_probes_equal_the_default_build(al
     epilogue's c added one pair at a time (DG_PROBE_SERIAL_C_ADD, epilogue.cuh) on an FP32 D += c,
     more tiles than SMs: bitwise equal to the default build, which loads c at the store and adds
     it in batches (same arithmetic, same order), and to the reference."""
-    from dg_triton import validation
     from dg_triton.heuristics.sm90 import make_config
-    from dg_triton.kernels import sm90_bf16_gemm
 
     m, n = 2000, 4096
     a, b = operands(alias, m, n, k)
@@ -371,13 +385,8 @@ def test_bf16_gemm_early_c_load_and_serial_add_probes_equal_the_default_build(al
     b_nt = b if alias[1] == "t" else b.T
     config = make_config(m, n, block_m, block_n, 1, k, 4, 132)
     assert config is not None and -(-m // block_m) * -(-n // block_n) > config.num_sms
-    outputs = []
-    for defines in ((), ("DG_PROBE_EARLY_C_LOAD",), ("DG_PROBE_SERIAL_C_ADD",)):
-        d = c.clone()
-        problem = validation.bf16_gemm("test", a_nt, b_nt, d, d)
-        sm90_bf16_gemm.run("test", a_nt, b_nt, d, problem[:7], problem[7], True, "", config, defines)
-        torch.cuda.synchronize()
-        outputs.append(d)
+    outputs = in_place_builds(a_nt, b_nt, c, config,
+                              ((), ("DG_PROBE_EARLY_C_LOAD",), ("DG_PROBE_SERIAL_C_ADD",)))
     assert torch.equal(outputs[1], outputs[0]), "the early load of c changed the result"
     assert torch.equal(outputs[2], outputs[0]), "the batched c add changed the result"
     assert calc_diff(outputs[1], gemm_reference(a, b, outputs[1], c, alias).float()) < THRESHOLD
@@ -389,22 +398,14 @@ def test_bf16_gemm_batched_c_add_equals_the_serial_probe_with_a_bf16_d(block_m, 
     batched c add against DG_PROBE_SERIAL_C_ADD (one pair at a time), more tiles than SMs: bitwise
     equal, and equal to the reference (an element left as c, or a pair added to the wrong c,
     would not be)."""
-    from dg_triton import validation
     from dg_triton.heuristics.sm90 import make_config
-    from dg_triton.kernels import sm90_bf16_gemm
 
     m, n, k = 2000, 4096, 1000
     a, b = operands("nt", m, n, k)
     c = torch.randn(m, n, device="cuda").mul_(32).to(torch.bfloat16)
     config = make_config(m, n, block_m, block_n, 1, k, 2, 132)
     assert config is not None and -(-m // block_m) * -(-n // block_n) > config.num_sms
-    outputs = []
-    for defines in ((), ("DG_PROBE_SERIAL_C_ADD",)):
-        d = c.clone()
-        problem = validation.bf16_gemm("test", a, b, d, d)
-        sm90_bf16_gemm.run("test", a, b, d, problem[:7], problem[7], True, "", config, defines)
-        torch.cuda.synchronize()
-        outputs.append(d)
+    outputs = in_place_builds(a, b, c, config, ((), ("DG_PROBE_SERIAL_C_ADD",)))
     assert torch.equal(outputs[1], outputs[0]), "the batched c add changed the result"
     assert calc_diff(outputs[0].float(), gemm_reference(a, b, outputs[0], c, "nt").float()) < THRESHOLD
 
