@@ -120,7 +120,7 @@ __device__ __forceinline__ void tma_reduce_add_2d(const TmaDescriptor* desc, con
 }
 
 // Probe builds (DG_PROBE_C_EVICT_FIRST, epilogue.cuh): the same copies with an L2 cache policy
-// (PTX ISA 9.7.9.25 .L2::cache_hint; the policy from createpolicy, 9.7.9.18).
+// (the .L2::cache_hint forms of the bulk tensor copies above, with a 64-bit policy from createpolicy).
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));

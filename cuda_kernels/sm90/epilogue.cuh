@@ -102,8 +102,9 @@ struct SwizzledTmaStoreEpilogue {
 #endif
     static constexpr bool kLoadC = kAccumulate && !kReduceC;
     // Probe builds (DG_PROBE_C_EVICT_FIRST): an accumulating tile's c load and D store mark their
-    // L2 lines evict-first, so that the FP32 c/D stream (16 x 117 MB at 16 groups of 4096x7168,
-    // k-grouped) does not push out the A and B blocks other CTAs still read.
+    // L2 lines evict-first, so that the FP32 c/D stream (c read and D written, 117 MB each a group
+    // at the k-grouped 16 groups of 4096x7168) does not push out the A and B blocks other CTAs
+    // still read.
 #ifdef DG_PROBE_C_EVICT_FIRST
     static constexpr bool kEvictFirstC = kAccumulate;
 #else
