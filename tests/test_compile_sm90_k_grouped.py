@@ -123,8 +123,9 @@ def test_the_evict_first_probe_hints_only_its_c_loads_and_d_stores():
     probe_spec = kg.KGroupedFp8GemmKernelSpec(config, probe_defines=("DG_PROBE_C_EVICT_FIRST",))
     probe = kg.compile_spec(probe_spec)
     check_fp8_binary(probe, config.block_n)
-    hinted = _HINTED_TMA.findall(_sass(probe))
+    probe_sass = _sass(probe)
+    hinted = _HINTED_TMA.findall(probe_sass)
     assert not _HINTED_TMA.search(default)
     assert any(h.startswith("UTMALDG") for h in hinted) and any(h.startswith("UTMASTG") for h in hinted)
     # The A, B and scale loads keep no hint: the producer's loads outnumber the epilogue's.
-    assert len(re.findall(r"UTMALDG\.2D", _sass(probe))) > len([h for h in hinted if h.startswith("UTMALDG")])
+    assert len(re.findall(r"UTMALDG\.2D", probe_sass)) > len([h for h in hinted if h.startswith("UTMALDG")])
