@@ -142,16 +142,23 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr bool kEarlyCLoad = false;
 #endif
 
-    // Probe (DG_PROBE_STAGGER_<d>; gating every tile, as fp8_gemm.cuh's DG_PROBE_STAGGER_EVERY_TILE
-    // form): warpgroup 1 starts each tile once warpgroup 0 has issued the tile's first d K blocks
-    // (barrier 5; barrier 6 acknowledges, and warpgroup 0 takes the last acknowledgement after
-    // its last tile), so that one warpgroup's epilogue runs under the other's wgmmas.
+    // Probe (DG_PROBE_STAGGER_<d>): warpgroup 1 starts its first tile once warpgroup 0 has issued
+    // that tile's first d K blocks (barrier 5), so that the two reach their epilogues d blocks
+    // apart and one's epilogue runs under the other's wgmmas; after that the lead is left to
+    // itself, as in fp8_gemm.cuh's shipped k-grouped form. With DG_PROBE_STAGGER_EVERY_TILE every
+    // tile is gated (barrier 6 acknowledges, and warpgroup 0 takes the last acknowledgement after
+    // its last tile): measured 0.93-1.01x the speed at 128x256 (NOTES.md session 33).
     constexpr uint32_t kStaggerBlocks = stagger_blocks(0);
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kBlockM == 128 && !T::kSplitK &&
                               !T::kStreamK && kStaggerBlocks < T::kNumStages;
+#ifdef DG_PROBE_STAGGER_EVERY_TILE
+    constexpr bool kGateEveryTile = true;
+#else
+    constexpr bool kGateEveryTile = false;
+#endif
     [[maybe_unused]] bool first_unit = true;
     [[maybe_unused]] auto say_started = [&] {
-        if (!first_unit)
+        if (kGateEveryTile && !first_unit)
             named_barrier_sync(6, 256);
         named_barrier_arrive(5, 256);
     };
@@ -161,11 +168,13 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
         [[maybe_unused]] const uint32_t stagger_block =
             unit.k_block_begin + kStaggerBlocks < unit.k_block_end ? unit.k_block_begin + kStaggerBlocks
                                                                    : unit.k_block_end;
+        [[maybe_unused]] const bool gate = first_unit || kGateEveryTile;
         if constexpr (kStagger) {
-            if (math_wg == 1) {
+            if (math_wg == 1 && gate) {
                 named_barrier_sync(5, 256);
-                named_barrier_arrive(6, 256);
-            } else if (unit.k_block_begin == unit.k_block_end) {
+                if (kGateEveryTile)
+                    named_barrier_arrive(6, 256);
+            } else if (math_wg == 0 && gate && unit.k_block_begin == unit.k_block_end) {
                 say_started();
             }
         }
@@ -220,7 +229,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                     load_c();
             }
             if constexpr (kStagger) {
-                if (math_wg == 0 && kb + 1 == stagger_block)
+                if (math_wg == 0 && gate && kb + 1 == stagger_block)
                     say_started();
             }
         }
@@ -265,7 +274,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
                 unit.n_block * T::kBlockN, /*barrier_id=*/1 + math_wg);
         }
     }
-    if constexpr (kStagger) {
+    if constexpr (kStagger && kGateEveryTile) {
         if (math_wg == 0 && !first_unit)
             named_barrier_sync(6, 256);
     }
