@@ -109,23 +109,3 @@ def test_k_grouped_bf16_variants_cover_both_d_dtypes_and_a_one_row_a():
     names = [spec.name for spec in _BF16_VARIANTS]
     assert any("_fp32_" in name for name in names) and any("_bf16_x" in name for name in names)
     assert any("_kn_" in name for name in names), "M = 1 (A K-major) not compiled"
-
-
-_HINTED_TMA = re.compile(r"UTMA(?:LDG|STG)\.2D \[UR\d+\], \[UR\d+\], desc\[UR\d+\]")
-
-
-def test_the_evict_first_probe_hints_only_its_c_loads_and_d_stores():
-    """DG_PROBE_C_EVICT_FIRST (epilogue.cuh, for benchmarks/probe_k_grouped.py): the worst bench
-    shape's binary loads c and stores D with an L2 cache policy (the SASS's desc[...] operand),
-    and the default build has no hinted TMA copy at all."""
-    config = kg.choose_config(4096, 7168, [2048] * 16, 16, _NUM_SMS)
-    default = _sass(kg.compile_spec(kg.KGroupedFp8GemmKernelSpec(config)))
-    probe_spec = kg.KGroupedFp8GemmKernelSpec(config, probe_defines=("DG_PROBE_C_EVICT_FIRST",))
-    probe = kg.compile_spec(probe_spec)
-    check_fp8_binary(probe, config.block_n)
-    probe_sass = _sass(probe)
-    hinted = _HINTED_TMA.findall(probe_sass)
-    assert not _HINTED_TMA.search(default)
-    assert any(h.startswith("UTMALDG") for h in hinted) and any(h.startswith("UTMASTG") for h in hinted)
-    # The A, B and scale loads keep no hint: the producer's loads outnumber the epilogue's.
-    assert len(re.findall(r"UTMALDG\.2D", probe_sass)) > len([h for h in hinted if h.startswith("UTMALDG")])

@@ -119,32 +119,6 @@ __device__ __forceinline__ void tma_reduce_add_2d(const TmaDescriptor* desc, con
                  : "memory");
 }
 
-// Probe builds (DG_PROBE_C_EVICT_FIRST, epilogue.cuh): the same copies with an L2 cache policy
-// (the .L2::cache_hint forms of the bulk tensor copies above, with a 64-bit policy from createpolicy).
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
-}
-
-__device__ __forceinline__ void tma_load_2d_hinted(void* dst, const TmaDescriptor* desc, uint64_t* bar,
-                                                   int32_t inner, int32_t outer, uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-        " [%0], [%1, {%3, %4}], [%2], %5;"
-        :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)),
-           "r"(inner), "r"(outer), "l"(policy)
-        : "memory");
-}
-
-__device__ __forceinline__ void tma_store_2d_hinted(const TmaDescriptor* desc, const void* src,
-                                                    int32_t inner, int32_t outer, uint64_t policy) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
-                 :: "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)),
-                    "r"(inner), "r"(outer), "l"(policy)
-                 : "memory");
-}
-
 __device__ __forceinline__ void tma_store_commit_group() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

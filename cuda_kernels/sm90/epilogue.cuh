@@ -101,15 +101,6 @@ struct SwizzledTmaStoreEpilogue {
     static constexpr bool kReduceC = false;
 #endif
     static constexpr bool kLoadC = kAccumulate && !kReduceC;
-    // Probe builds (DG_PROBE_C_EVICT_FIRST): an accumulating tile's c load and D store mark their
-    // L2 lines evict-first, so that the FP32 c/D stream (c read and D written, 117 MB each a group
-    // at the k-grouped 16 groups of 4096x7168) does not push out the A and B blocks other CTAs
-    // still read.
-#ifdef DG_PROBE_C_EVICT_FIRST
-    static constexpr bool kEvictFirstC = kAccumulate;
-#else
-    static constexpr bool kEvictFirstC = false;
-#endif
     // Probe builds (DG_PROBE_SERIAL_C_ADD): c added one pair at a time, load then store, the order
     // before the batched add (store()); kept for the GPU tests' bitwise comparison and for timing.
 #ifdef DG_PROBE_SERIAL_C_ADD
@@ -143,13 +134,8 @@ struct SwizzledTmaStoreEpilogue {
         mbarrier_arrive_expect_tx(load_barrier, slabs * kSlabBytes);
 #pragma unroll
         for (uint32_t s = 0; s < kChunkSlabs; ++s)
-            if (s < slabs) {
-                if constexpr (kEvictFirstC)
-                    tma_load_2d_hinted(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols,
-                                       row0, l2_policy_evict_first());
-                else
-                    tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
-            }
+            if (s < slabs)
+                tma_load_2d(staging + s * kSlabBytes, tma_d, load_barrier, chunk_col0 + s * kSlabCols, row0);
     }
 
     // kAccumulate: starts the load of the tile's first chunk of D early, for a store<true>() that
@@ -288,9 +274,6 @@ struct SwizzledTmaStoreEpilogue {
                     if (s < chunk_slabs(chunk)) {
                         if constexpr (kReduceC)
                             tma_reduce_add_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
-                        else if constexpr (kEvictFirstC)
-                            tma_store_2d_hinted(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0,
-                                                l2_policy_evict_first());
                         else
                             tma_store_2d(tma_d, staging + s * kSlabBytes, chunk_col0 + s * kSlabCols, row0);
                     }
