@@ -145,9 +145,11 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     // Probe (DG_PROBE_STAGGER_<d>): warpgroup 1 starts its first tile once warpgroup 0 has issued
     // that tile's first d K blocks (barrier 5), so that the two reach their epilogues d blocks
     // apart and one's epilogue runs under the other's wgmmas; after that the lead is left to
-    // itself, as in fp8_gemm.cuh's shipped k-grouped form. With DG_PROBE_STAGGER_EVERY_TILE every
-    // tile is gated (barrier 6 acknowledges, and warpgroup 0 takes the last acknowledgement after
-    // its last tile): measured 0.93-1.01x the speed at 128x256 (NOTES.md session 33).
+    // itself, as in fp8_gemm.cuh's shipped k-grouped form; no gain on the M=4096 shapes (H100,
+    // NOTES.md session 35: geomean vs cuBLAS 0.999 at d = 2, 0.997 at d = 1, against 1.006). With
+    // DG_PROBE_STAGGER_EVERY_TILE every tile is gated (barrier 6 acknowledges, and warpgroup 0
+    // takes the last acknowledgement after its last tile): 0.93-1.01x the speed at 128x256
+    // (session 33).
     constexpr uint32_t kStaggerBlocks = stagger_blocks(0);
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kBlockM == 128 && !T::kSplitK &&
                               !T::kStreamK && kStaggerBlocks < T::kNumStages;
