@@ -9,6 +9,9 @@ Variants: bf16 (our heuristic config), bf16_BMxBN[_cm2|_cn2] (a forced tile and 
 heuristic 1D1D config, fp32 D += c), fp8_BMxBN (a forced 1D2D tile; fp8_BMxBN_cm2 / _cn2 with a
 2-CTA cluster along M / N), cublas_fp8 (block-wise torch._scaled_mm). A forced variant may end in
 _gG: the L2 group of G block rows (default 8), e.g. bf16_128x256_g16.
+k_grouped_fp8_G: k_grouped_fp8_gemm_nt_contiguous with G groups of K each (fp32 D += c, one launch);
+its dense yardstick at equal total K is fp8_1d1d with K * G (issue 5's k-grouped criterion), e.g.
+`k_grouped_fp8_16 4096 7168 2048` against `fp8_1d1d 4096 7168 32768`.
 """
 import dataclasses
 import re
@@ -31,6 +34,8 @@ def call_for(variant: str, m: int, n: int, k: int):
         else (lambda config: config)
     if group and variant in ("bf16", "cublas_bf16", "fp8", "fp8_1d1d", "cublas_fp8"):
         raise SystemExit(f"{variant}: _gG applies to forced tiles only (bf16_BMxBN_gG, fp8_BMxBN_gG)")
+    if variant.startswith("k_grouped_fp8_"):
+        return k_grouped_call(int(variant.removeprefix("k_grouped_fp8_")), m, n, k)
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
     d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
@@ -70,6 +75,19 @@ def call_for(variant: str, m: int, n: int, k: int):
     layout = (d.dtype, a_q.stride(), b_q.stride(), d.stride(), sfa.stride(), sfb.stride())
     problem = sm90_fp8_gemm.Fp8GemmProblem(m, n, k, "1d2d", d.device.index, None, layout)
     return lambda: sm90_fp8_gemm.run("probe", a_q, sfa, b_q, sfb, d, problem, False, "", config, defines)
+
+
+def k_grouped_call(num_groups: int, m: int, n: int, k: int):
+    """One k_grouped_fp8_gemm_nt_contiguous call: num_groups groups of K = k, d += A_g^T B_g."""
+    from dg_triton import reference_k_grouped
+    ks = [k] * num_groups
+    a = torch.randn(k * num_groups, m, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k * num_groups, n, dtype=torch.bfloat16, device="cuda")
+    a_fp8 = reference_k_grouped.k_grouped_nt_operand(*dg_triton.per_channel_cast_to_fp8(a, False), ks)
+    b_fp8 = reference_k_grouped.k_grouped_nt_operand(*dg_triton.per_channel_cast_to_fp8(b, False), ks)
+    d = torch.randn(num_groups, m, n, device="cuda")
+    layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    return lambda: dg_triton.k_grouped_fp8_gemm_nt_contiguous(a_fp8, b_fp8, d, ks, layout, c=d)
 
 
 def profile_one_call(call, warmups: int = 3):
