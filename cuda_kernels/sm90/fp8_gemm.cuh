@@ -502,7 +502,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     // gating every tile (probe DG_PROBE_STAGGER_EVERY_TILE, barrier 6 acknowledging, so that a
     // tile of fewer than d blocks cannot let warpgroup 0 arrive twice on barrier 5 before
     // warpgroup 1 has waited once) -3.5 to +5.0 %. Gating every tile of the 1D2D grouped and
-    // dense tiles, the dense 1D1D and the BF16 kernel ran at 0.74-1.00x their speed. The first-
+    // dense tiles, the dense 1D1D and the BF16 kernel ran at 0.74-1.01x their speed. The first-
     // tile form (H100, session 35): dense 1D2D 128x128 +1.0 / +3.1 % at K = 7168 / 16384 but
     // -5.8 / -9.0 % at K = 2048 / 1536; BF16 128x256 and narrower no gain (geomean vs cuBLAS 0.999
     // at d = 2, 0.997 at d = 1, against 1.006).
