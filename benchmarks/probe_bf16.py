@@ -13,7 +13,9 @@ heuristics' pick ("pick"); a config that does not fit is timed as the pick.
 A macro the kernel does not read builds the baseline under another name. Probe macros today:
 DG_PROBE_EARLY_C_LOAD (c loaded under the K loop; with --accumulate, which times FP32 D += c,
 and --bitwise, which requires every variant's output to equal the first's); DG_PROBE_NO_STMATRIX
-(the epilogue's pair stores instead of stmatrix, epilogue.cuh: bitwise the same output). 2026-12-02's
+(the epilogue's pair stores instead of stmatrix, epilogue.cuh: bitwise the same output);
+DG_PROBE_STAGGER_<d> (warpgroup 1 starts its first tile d K blocks late; with
+DG_PROBE_STAGGER_EVERY_TILE every tile: bf16_gemm.cuh, bitwise the same output). 2026-12-02's
 DG_PROBE_OVERLAP_EPILOGUE / DG_PROBE_DIRECT_STORE (NOTES.md, session 12) were measured slower and
 removed; their code is in commit 15c1cd3. The cuBLAS column is always torch.matmul with a bf16 D
 and no c.
