@@ -153,11 +153,7 @@ __device__ __forceinline__ void consume(Sched scheduler, uint64_t* full, uint64_
     constexpr uint32_t kStaggerBlocks = stagger_blocks(0);
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kBlockM == 128 && !T::kSplitK &&
                               !T::kStreamK && kStaggerBlocks < T::kNumStages;
-#ifdef DG_PROBE_STAGGER_EVERY_TILE
-    constexpr bool kGateEveryTile = true;
-#else
-    constexpr bool kGateEveryTile = false;
-#endif
+    constexpr bool kGateEveryTile = stagger_every_tile();
     [[maybe_unused]] bool first_unit = true;
     [[maybe_unused]] auto say_started = [&] {
         if (kGateEveryTile && !first_unit)

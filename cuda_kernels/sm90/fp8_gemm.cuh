@@ -510,11 +510,7 @@ __device__ __forceinline__ void consume_fp8(Sched scheduler, const SharedPlan<T>
     constexpr bool kStagger = kStaggerBlocks > 0 && T::kNumMathWarpgroups == 2 && !T::kSplitK &&
                               !T::kStreamK && T::kRowWaves == 1;
     static_assert(!kStagger || kStaggerBlocks < T::kNumStages, "warpgroup 0 cannot lead by the whole ring");
-#ifdef DG_PROBE_STAGGER_EVERY_TILE
-    constexpr bool kGateEveryTile = true;
-#else
-    constexpr bool kGateEveryTile = false;
-#endif
+    constexpr bool kGateEveryTile = stagger_every_tile();
     [[maybe_unused]] bool first_unit = true;
     // The warpgroup's 64-row slice of the tile (0 for both with kSplitColumns) and its first
     // column in the tile (the second half's for warpgroup 1 with kSplitColumns).

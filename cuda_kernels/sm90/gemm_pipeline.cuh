@@ -45,6 +45,16 @@ __host__ __device__ constexpr uint32_t stagger_blocks([[maybe_unused]] uint32_t 
 #endif
 }
 
+// Whether a probe build gates every tile (DG_PROBE_STAGGER_EVERY_TILE) rather than only the
+// first (a function for the reason stagger_blocks is one).
+__host__ __device__ constexpr bool stagger_every_tile() {
+#if defined(DG_PROBE_STAGGER_EVERY_TILE)
+    return true;
+#else
+    return false;
+#endif
+}
+
 // Stage ring position: the stage index and the parity of the barrier phase it is in.
 struct PipelineState {
     uint32_t stage = 0, phase = 0;
