@@ -23,15 +23,15 @@ _WARM_PLANS_MAX = 1024
 
 
 def _warm_key(function: str, a, b, d, c, compiled_dims):
-    if c is not None and c is not d:
+    # Anything but a str compiled_dims (a list is unhashable) takes the full path, which names it;
+    # the type check is cheaper than hashing the key twice.
+    if (c is not None and c is not d) or type(compiled_dims) is not str:
         return None
     try:
-        key = (function, a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
-               b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
-               d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda, c is None, compiled_dims,
-               settings._plan_settings, dispatch._backend_setting(), dispatch.generation)
-        hash(key)  # an unhashable compiled_dims: the full path rejects it by name
-        return key
+        return (function, a.shape, a.stride(), a.dtype, a.get_device(), a.is_cuda,
+                b.shape, b.stride(), b.dtype, b.get_device(), b.is_cuda,
+                d.shape, d.stride(), d.dtype, d.get_device(), d.is_cuda, c is None, compiled_dims,
+                settings._plan_settings, dispatch._backend_setting(), dispatch.generation)
     except Exception:  # not tensors, or tensors without strides (sparse, nested): the full path
         return None
 
