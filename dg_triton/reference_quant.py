@@ -22,6 +22,7 @@ __all__ = [
     "pack_ue8m0_to_int",
     "per_block_cast_to_fp8",
     "per_channel_cast_to_fp8",
+    "per_custom_dims_cast_to_fp8",
     "per_token_cast_to_fp4",
     "per_token_cast_to_fp8",
     "quantize_to_fp4_e2m1",
@@ -111,6 +112,18 @@ def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128)
     sf = _scale_from_amax(x_view.abs().float().amax(dim=1), use_ue8m0)
     q = (x_view.float() * (1.0 / sf.unsqueeze(1))).to(torch.float8_e4m3fn)
     return q.view(m, n), sf
+
+
+def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims: tuple, use_ue8m0: bool):
+    """One scale per index of the kept ``dims``, the amax taken over every other dim:
+    ``(q fp8 shaped as x, sf fp32 squeezed)`` (e.g. ``dims=(0,)`` on ``[SK, Dh]`` gives one scale a
+    token, ``sf [SK]``). ``squeeze`` drops every size-1 dim of the kept-dims-shaped SF, as
+    DeepGEMM's helper does."""
+    reduced = tuple(d for d in range(x.dim()) if d not in dims)
+    amax = x.abs().float().amax(dim=reduced, keepdim=True) if reduced else x.abs().float()
+    sf = _scale_from_amax(amax, use_ue8m0)
+    q = (x.float() * (1.0 / sf)).to(torch.float8_e4m3fn)
+    return q, sf.squeeze()
 
 
 # FP4 E2M1 (API.md 1.4): a code is sign << 3 | index, the index picking one of these magnitudes.

@@ -99,3 +99,42 @@ def test_casts_reject_bad_arguments(call, fragment):
     with pytest.raises(DGArgumentError, match=fragment) as error:
         call()
     assert str(error.value).split(":")[0].endswith("_cast_to_fp8")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("use_ue8m0", [False, True])
+def test_per_custom_dims_cast_scales_each_kept_index_by_the_amax_over_the_rest(dtype, use_ue8m0):
+    torch.manual_seed(7)
+    x = (torch.randn(5, 37, 24) * torch.rand(5, 1, 1) * 10).to(dtype)
+    x[2] = 0  # an all-zero slice: the 1e-4 floor
+    for dims in [(0,), (0, 2), (-1,), (1,)]:
+        q, sf = dg_triton.per_custom_dims_cast_to_fp8(x, dims, use_ue8m0)
+        assert q.shape == x.shape and q.dtype == torch.float8_e4m3fn
+        kept = sorted(d % 3 for d in dims)
+        assert sf.dtype == torch.float32 and sf.shape == tuple(x.size(d) for d in kept)
+        # The amax over the other dims, one scale per kept index, computed independently.
+        moved = x.float().abs().permute(*kept, *[d for d in range(3) if d not in kept])
+        amax = moved.reshape(*sf.shape, -1).amax(dim=-1).clamp(min=1e-4)
+        want = amax / 448.0
+        if use_ue8m0:
+            want = torch.exp2(torch.ceil(torch.log2(want)))
+        assert torch.equal(sf, want), dims
+        # q is x / sf broadcast back, cast once; its largest magnitude per kept index is <= 448.
+        shape = [x.size(d) if d in kept else 1 for d in range(3)]
+        assert torch.equal(q.view(torch.uint8), (x.float() * (1.0 / sf.view(shape))).to(torch.float8_e4m3fn).view(torch.uint8))
+        assert q.float().abs().max() <= 448
+    # dims=(0,) on [SK, Dh] is one scale a token (the indexer's key cache).
+    q, sf = dg_triton.per_custom_dims_cast_to_fp8(x[:, :, 0].contiguous(), (0,), use_ue8m0)
+    assert sf.shape == (5,)
+
+
+@pytest.mark.parametrize("dims, fragment", [
+    (0, "dims must be a tuple of ints"), ((0.5,), "dims must be a tuple of ints"),
+    ((True,), "dims must be a tuple of ints"), ((3,), r"dims must be dims of a 2-D x"),
+    ((-3,), r"dims must be dims of a 2-D x"),
+])
+def test_per_custom_dims_cast_rejects_bad_dims(dims, fragment):
+    with pytest.raises(DGArgumentError, match=fragment):
+        dg_triton.per_custom_dims_cast_to_fp8(torch.ones(4, 8), dims, False)
+    with pytest.raises(DGArgumentError, match="x must be torch.bfloat16 or torch.float32"):
+        dg_triton.per_custom_dims_cast_to_fp8(torch.ones(4, 8, dtype=torch.float16), (0,), False)

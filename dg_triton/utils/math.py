@@ -21,6 +21,7 @@ __all__ = [
     "pack_ue8m0_to_int",
     "per_block_cast_to_fp8",
     "per_channel_cast_to_fp8",
+    "per_custom_dims_cast_to_fp8",
     "per_token_cast_to_fp4",
     "per_token_cast_to_fp8",
     "transpose_packed_fp4",
@@ -114,6 +115,28 @@ def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128)
         from ..triton.quant import per_channel_cast_to_fp8_triton
         return per_channel_cast_to_fp8_triton(x, bool(use_ue8m0), gran_k)
     return reference_quant.per_channel_cast_to_fp8(x, bool(use_ue8m0), gran_k)
+
+
+def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims, use_ue8m0: bool):
+    """FP8 E4M3 cast with one scale per index of the kept ``dims`` (API.md 3.15), the amax taken
+    over every other dim: ``(q float8_e4m3fn shaped as x, sf fp32 .squeeze()d)``. E.g.
+    ``dims=(0,)`` on a ``[SK, Dh]`` key cache gives one scale a token, ``sf [SK]``. Plain torch on
+    any device, as DeepGEMM's helper (the scale tensors it serves are small)."""
+    function = "per_custom_dims_cast_to_fp8"
+    if not isinstance(x, torch.Tensor):
+        raise reject(function, "x", "a torch.Tensor", type(x).__name__)
+    if x.dtype not in _CAST_INPUT_DTYPES:
+        raise reject(function, "x", "torch.bfloat16 or torch.float32", x.dtype)
+    if x.dim() == 0:
+        raise reject(function, "x", "at least 1-D", "a 0-D tensor")
+    kept = tuple(dims) if isinstance(dims, (tuple, list)) else None
+    if kept is None or not all(type(d) is int for d in kept):
+        raise reject(function, "dims", "a tuple of ints (the dims that keep their own scales)",
+                     repr(dims))
+    if any(not -x.dim() <= d < x.dim() for d in kept):
+        raise reject(function, "dims", f"dims of a {x.dim()}-D x, in [-{x.dim()}, {x.dim()})", kept)
+    kept = tuple(sorted({d % x.dim() for d in kept}))
+    return reference_quant.per_custom_dims_cast_to_fp8(x, kept, bool(use_ue8m0))
 
 
 def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
