@@ -109,6 +109,26 @@ DEEPGEMM_FP8_GROUPED_TFLOPS = {
 DEEPGEMM_FP8_GROUPED_TBPS = {(32, 20, 6144, 7168): 3.9, (6, 20, 6144, 7168): 3.4, (6, 20, 4096, 2048): 2.1}
 
 
+def decode_tbps_lines(table):
+    """At m = 20 the time is set by the weights' bytes, not by the valid rows, so TFLOPS over valid
+    rows scale with each side's draw of masked_m (ours and DeepGEMM's differ by up to ~15 % at 6
+    groups). Where ANCHORS.md gives DeepGEMM's TB/s, compare bandwidth too, and name the valid-row
+    totals behind both TFLOPS figures (DeepGEMM's from its TFLOPS and TB/s at its bytes, which B
+    dominates)."""
+    lines = []
+    for name, shape, _c, us, tf, tbps, _b, anchor in table:
+        if not (anchor and "gbps" in anchor and tbps):
+            continue
+        n, k = shape["n"], shape["k"]
+        rows = tf * 1e12 * us * 1e-6 / (2 * n * k)
+        anchor_us = shape["groups"] * n * k / (anchor["gbps"] * 1e9) * 1e6   # B's bytes only
+        anchor_rows = anchor["tflops"] * 1e12 * anchor_us * 1e-6 / (2 * n * k)
+        lines.append(f"{name} {shape['groups']} x {shape['expected_m']} {n}x{k}: {tbps:.2f} TB/s vs DeepGEMM's "
+                     f"{anchor['gbps'] / 1e3:.1f} = {tbps * 1e3 / anchor['gbps']:.3f}; valid rows ours {rows:.0f}, "
+                     f"DeepGEMM's ~{anchor_rows:.0f} (TFLOPS ratio {tf / anchor['tflops']:.3f})")
+    return lines
+
+
 def timed_pair(ours, baseline):
     """Medians of ours and the baseline, timed in alternation three times each (the GPU slows as
     it heats under its power cap; bench_gemm.py does the same)."""
@@ -677,6 +697,7 @@ def main():
         if vs_deepgemm:
             lines.append(f"{prefix}: geomean TFLOPS vs DeepGEMM (ANCHORS.md) {geomean(vs_deepgemm):.3f} "
                          f"(worst {min(vs_deepgemm):.3f})")
+    lines += decode_tbps_lines(table)
     lines += extra
     lines += [f"FAILED {f}" for f in failures]
     write_results(args, gpu, rows, "\n".join(lines), [])
