@@ -53,13 +53,13 @@ def main():
     args = parser.parse_args()
     buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     sink = torch.empty((), dtype=torch.int64, device="cuda")
-    flushes = {"write": buffer.zero_, "read": lambda: torch.sum(buffer, out=sink), "none": lambda: None}
+    flushes = {"write": buffer.zero_, "read": lambda: torch.sum(buffer, 0, out=sink), "none": lambda: None}
 
     cases = []
     for mb in (50, 264, 1409):
         x = torch.randn(mb * 1024 * 1024 // 4, device="cuda")
         out = torch.empty((), device="cuda")
-        cases.append((f"read {mb} MB (torch.sum)", x.numel() * 4, lambda x=x, out=out: torch.sum(x, out=out)))
+        cases.append((f"read {mb} MB (torch.sum)", x.numel() * 4, lambda x=x, out=out: torch.sum(x, 0, out=out)))
         y = torch.empty_like(x[: x.numel() // 2])
         cases.append((f"copy {mb // 2} MB -> {mb // 2} MB", x.numel() * 4,
                       lambda x=x, y=y: y.copy_(x[: y.numel()])))

@@ -1,13 +1,11 @@
-"""Probe: launch variants of the FP4 cast, the FP4 transpose, the per-channel cast and the fused
-SwiGLU + FP8 cast (issue 3) at the bench_prologue sizes, each checked bitwise against the library's
-default launch (on random data and on data with NaN and Inf planted; the SwiGLU variants also on
-every bf16 gate) and timed beside a copy of the same bytes in the same run (the copy as
-bench_prologue times it). First, the division helpers of dg_triton.triton.exact_math are checked
-against div_rn for every positive fp32 bit pattern, and with swiglu among the kernels the probe
-silu division for every fp32 gate. Prints one table; NOTES.md keeps the conclusions.
+"""Probe: launch variants of the FP4 cast, the FP4 transpose and the per-channel cast (issue 3) at
+the bench_prologue sizes, each checked bitwise against the library's default launch (on random data
+and on data with NaN and Inf planted) and timed beside a copy of the same bytes in the same run
+(the copy as bench_prologue times it). First, the division helpers of
+dg_triton.triton.exact_math are checked against div_rn for every positive fp32 bit pattern.
+Prints one table; NOTES.md keeps the conclusions.
 
-    python benchmarks/probe_prologue.py [--kernels fp4,transpose_fp4,per_channel,swiglu] [--rounds N]
-                                        [--skip-division-check]
+    python benchmarks/probe_prologue.py [--kernels fp4,transpose_fp4,per_channel] [--rounds N] [--skip-division-check]
 """
 import argparse
 import functools
@@ -25,7 +23,6 @@ import probe_prologue_kernels as variants  # noqa: E402
 from dg_triton import testing  # noqa: E402
 from dg_triton.triton.fp4 import per_token_cast_to_fp4_triton, transpose_packed_fp4_triton  # noqa: E402
 from dg_triton.triton.quant import per_channel_cast_to_fp8_triton  # noqa: E402
-from dg_triton.triton.swiglu import swiglu_per_token_cast_to_fp8_triton  # noqa: E402
 
 SHAPES = ((4096, 7168), (16384, 7168))
 # Overrides of the launchers' tiles (the defaults are the winners of the 2026-12-02 runs, which
@@ -40,11 +37,6 @@ TRANSPOSE_VARIANTS = ({}, {"bytes_fast": False}, {"block_bytes": 128}, {"block_b
 PER_CHANNEL = ({}, {"block_n": 64, "num_warps": 4}, {"block_n": 128, "num_warps": 4})
 # per-channel in two passes: (block_n, num_warps, rows per slice)
 TWO_PASS = ((64, 2, 64), (64, 2, 32))
-# The fused SwiGLU + FP8 cast at bench_prologue's size (M, I), routing weights as there. Probe
-# builds: the scale's divisions by exact_math's FMA sequences, then also silu by div.rn's fast path
-# (dg_triton/triton/swiglu.py).
-SWIGLU_SHAPE = (8192, 2048)
-SWIGLU_VARIANTS = ({}, {"fast_div": True}, {"fast_div": True, "fast_silu": True})
 
 
 def check_divisions(lines):
@@ -68,23 +60,6 @@ def check_divisions(lines):
             print(lines[-1], flush=True)
         results.append(counts.tolist())
     return results
-
-
-def check_silu_division(lines):
-    """The probe silu division (swiglu._silu_by_fast_path) against div_rn for all 2^32 fp32 gates."""
-    counts = torch.zeros(2, dtype=torch.int32, device="cuda")
-    first = torch.full((2,), 2**31 - 1, dtype=torch.int32, device="cuda")
-    block, chunk = 1024, 1 << 30
-    for begin in range(0, 1 << 32, chunk):
-        variants.silu_mismatch_kernel[(triton.cdiv(chunk, block),)](counts, first, begin, chunk, BLOCK=block)
-    torch.cuda.synchronize()
-    (wrong, redone), (first_wrong, first_redone) = counts.tolist(), first.tolist()
-    lines.append(f"exhaustive silu fast path vs div_rn over all 2^32 fp32 gates: {wrong} finite mismatches"
-                 + (f" (first at bits 0x{first_wrong & 0xFFFFFFFF:08x})" if wrong else "")
-                 + f", {redone} gates left inf/NaN for the div_rn redo"
-                 + (f" (first at bits 0x{first_redone & 0xFFFFFFFF:08x})" if redone else ""))
-    print(lines[-1], flush=True)
-    return wrong
 
 
 def copy_us(num_bytes: int) -> float:
@@ -144,25 +119,6 @@ def per_channel(x, kwargs):
     return q, sf
 
 
-def every_bf16_gate():
-    """x [512, 2 * 128] whose gates are the 65536 bf16 bit patterns, up random."""
-    gate = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.bfloat16)
-    up = torch.randn(512, 128, dtype=torch.bfloat16, device="cuda")
-    return torch.cat([gate.view(512, 128), up], dim=1)
-
-
-_ROUTING_WEIGHTS = {}
-
-
-def swiglu(x, kwargs):
-    """The fused cast with routing weights, as bench_prologue times it (one weight tensor per row
-    count, made before any graph capture)."""
-    if x.size(0) not in _ROUTING_WEIGHTS:
-        _ROUTING_WEIGHTS[x.size(0)] = torch.rand(x.size(0), device=x.device)
-    return swiglu_per_token_cast_to_fp8_triton(x, False, routing_weights=_ROUTING_WEIGHTS[x.size(0)],
-                                               **kwargs)
-
-
 def fp4(x, kwargs):
     return per_token_cast_to_fp4_triton(x, True, 32, True, **kwargs)
 
@@ -173,8 +129,7 @@ def transpose_fp4(packed, kwargs):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kernels", default="fp4,per_channel",
-                        help="comma-separated: fp4, transpose_fp4, per_channel, swiglu")
+    parser.add_argument("--kernels", default="fp4,per_channel", help="comma-separated: fp4, transpose_fp4, per_channel")
     parser.add_argument("--rounds", type=int, default=1, help="times through every variant, in turn")
     parser.add_argument("--skip-division-check", action="store_true")
     args = parser.parse_args()
@@ -182,8 +137,6 @@ def main():
     lines = []
     if not args.skip_division_check:
         check_divisions(lines)
-        if "swiglu" in kernels:
-            check_silu_division(lines)
     lines += ["", "| kernel | shape | variant | us | copy us | vs copy |", "|---|---|---|---|---|---|"]
     two_pass = [{"block_n": bn, "num_warps": w, "chunk": ch} for bn, w, ch in TWO_PASS]
     for _ in range(args.rounds):
@@ -197,19 +150,6 @@ def main():
             if "per_channel" in kernels:
                 probe("per_channel_cast_to_fp8", per_channel, list(PER_CHANNEL) + two_pass, x, lines)
             del x
-        if "swiglu" in kernels:
-            m, inter = SWIGLU_SHAPE
-            # Every bf16 gate (NaN, Inf and subnormals among them), and under UE8M0 with a clamp.
-            gates = every_bf16_gate()
-            probe("swiglu_per_token_cast_to_fp8 every bf16 gate", swiglu, SWIGLU_VARIANTS, gates, lines,
-                  specials=False)
-            clamped = functools.partial(swiglu_per_token_cast_to_fp8_triton, use_ue8m0=True, clamp=3e-39)
-            for kwargs in SWIGLU_VARIANTS[1:]:
-                for ours, ref in zip(clamped(gates, **kwargs), clamped(gates)):
-                    testing.assert_bitwise_equal(ours.contiguous(), ref.contiguous(), f"swiglu ue8m0 clamp {kwargs}")
-            x = torch.randn(m, 2 * inter, dtype=torch.bfloat16, device="cuda")
-            probe("swiglu_per_token_cast_to_fp8", swiglu, SWIGLU_VARIANTS, x, lines)
-            del x, gates
     print("\n".join(lines))
 
 

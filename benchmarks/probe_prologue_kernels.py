@@ -1,12 +1,10 @@
 """Variant kernels timed by probe_prologue.py against the library's launches (not used by the
-library): the per-channel FP8 cast in two passes over its rows, and the exhaustive checks of the
-division helpers of dg_triton.triton.exact_math and of the SwiGLU kernel's probe silu division."""
+library): the per-channel FP8 cast in two passes over its rows, and the exhaustive check of the
+division helpers of dg_triton.triton.exact_math."""
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from dg_triton.triton.exact_math import div_rn_by_6, div_rn_by_448, reciprocal_rn
-from dg_triton.triton.swiglu import _silu_by_fast_path
 
 
 @triton.jit
@@ -59,26 +57,3 @@ def division_mismatch_kernel(counts_ptr, first_ptr, start_bits, num_values, BLOC
     _count_mismatches(counts_ptr, first_ptr, 1, div_rn_by_6(a),
                       tl.math.div_rn(a, 6.0), ok, bits)
     _count_mismatches(counts_ptr, first_ptr, 2, reciprocal_rn(a), tl.math.div_rn(1.0, a), ok, bits)
-
-
-@triton.jit
-def silu_mismatch_kernel(counts_ptr, first_ptr, start_bits, num_values, BLOCK: tl.constexpr):
-    """For the fp32 gates of bit patterns [start_bits, start_bits + num_values) (mod 2^32), with
-    e = libdevice exp(-gate) as the SwiGLU kernel computes it: counts[0] where the probe's
-    _silu_by_fast_path is finite and differs bitwise from div_rn(gate, 1 + e) (a wrong value the
-    kernel would keep), counts[1] where it is inf or NaN and div_rn's is finite (a tile the kernel
-    redoes with div_rn); first[i] the smallest such pattern (as int32)."""
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offsets < num_values
-    bits = (start_bits + offsets).to(tl.int32)
-    gate = bits.to(tl.float32, bitcast=True)
-    e = libdevice.exp(-gate)
-    fast = _silu_by_fast_path(gate, e)
-    exact = tl.math.div_rn(gate, 1.0 + e)
-    fast_bits = tl.abs(fast).to(tl.int32, bitcast=True)
-    fast_finite = fast_bits < 0x7F800000
-    exact_finite = tl.abs(exact).to(tl.int32, bitcast=True) < 0x7F800000
-    _count_mismatches(counts_ptr, first_ptr, 0, fast, exact, ok & fast_finite, bits)
-    redone = ok & ~fast_finite & exact_finite
-    tl.atomic_add(counts_ptr + 1, tl.sum(redone.to(tl.int32), 0))
-    tl.atomic_min(first_ptr + 1, tl.min(tl.where(redone, bits, 2147483647), 0))

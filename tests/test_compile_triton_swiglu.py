@@ -31,18 +31,16 @@ def _options(weights_type):
             "LIBDEVICE_EXP": True}
 
 
-def _fused(weights_type, gran_k, packed, fast=False):
+def _fused(weights_type, gran_k, packed):
     signature = {"x_ptr": "*bf16", "weights_ptr": weights_type or "*bf16", "q_ptr": "*fp8e4nv",
                  "sf_ptr": "*u8" if packed else "*fp32", **_COMMON, "num_groups": "i32",
                  "sf_rows": "i32", "stride_sfm": "i32", "stride_sfk": "i32",
                  "GRAN_K": "constexpr", "BLOCK_M": "constexpr", "HAS_WEIGHTS": "constexpr",
                  "HAS_CLAMP": "constexpr", "LIBDEVICE_EXP": "constexpr", "USE_UE8M0": "constexpr",
-                 "PACKED_UE8M0": "constexpr", "PARTIAL_LAST_GROUP": "constexpr",
-                 "FAST_DIV": "constexpr", "FAST_SILU": "constexpr"}
+                 "PACKED_UE8M0": "constexpr", "PARTIAL_LAST_GROUP": "constexpr"}
     # The gran_k = 32 variants stand for an I that is not a multiple of gran_k.
     constexprs = {"GRAN_K": gran_k, "BLOCK_M": swiglu.fused_block_m(gran_k), **_options(weights_type),
-                  "USE_UE8M0": packed, "PACKED_UE8M0": packed, "PARTIAL_LAST_GROUP": gran_k == 32,
-                  "FAST_DIV": fast, "FAST_SILU": fast}
+                  "USE_UE8M0": packed, "PACKED_UE8M0": packed, "PARTIAL_LAST_GROUP": gran_k == 32}
     return swiglu._swiglu_per_token_cast_to_fp8_kernel, signature, constexprs
 
 
@@ -59,9 +57,6 @@ VARIANTS = {
     "fused_gk128_plain": lambda: _fused(None, 128, False),
     "fused_gk128_packed_fp32_weights_clamp": lambda: _fused("*fp32", 128, True),
     "fused_gk32_bf16_weights_clamp": lambda: _fused("*bf16", 32, False),
-    # The probe builds (benchmarks/probe_prologue.py --kernels swiglu): exact_math's scale
-    # divisions and silu by div.rn's fast path, div_rn kept for the tiles it cannot vouch for.
-    "fused_gk128_probe_fast_divisions": lambda: _fused("*fp32", 128, False, fast=True),
     "unfused_plain": lambda: _unfused(None),
     "unfused_fp32_weights_clamp": lambda: _unfused("*fp32"),
 }
@@ -78,15 +73,8 @@ def test_swiglu_kernel_compiles_to_a_cubin(variant, arch):
     ptx = compiled.asm["ptx"]
     assert f".target sm_{arch}a" in ptx
     # silu's division (and the scale's) must be correctly rounded (div_rn), not the approximate
-    # div.full.f32 that a plain fp32 `/` lowers to: the reference divides exactly. The probe build
-    # keeps div_rn for the tiles its fast path cannot vouch for, starts that path from the
-    # reciprocal estimate, and takes the scale's reciprocal as exact_math.reciprocal_rn (a
-    # div.full.f32 estimate refined by two Newton steps).
-    assert "div.rn.f32" in ptx
-    if "probe" in variant:
-        assert "rcp.approx.ftz.f32" in ptx
-    else:
-        assert "div.full.f32" not in ptx
+    # div.full.f32 that a plain fp32 `/` lowers to: the reference divides exactly.
+    assert "div.rn.f32" in ptx and "div.full.f32" not in ptx
     # libdevice's expf (what torch's CUDA exp runs) is inlined, no call left: its round-down FMA
     # range reduction feeds ex2.approx (tl.exp would be a bare mul + ex2.approx).
     assert not re.search(r"^\s*call", ptx, re.MULTILINE)

@@ -67,35 +67,6 @@ def reciprocal_rn(x):
 
 
 @triton.jit
-def negate(x):
-    """-x, zeros included: Triton's unary minus is 0 - x, which turns +0 into +0. ptxas folds the
-    product into the FFMA that consumes it, as an operand negation."""
-    return x * -1.0
-
-
-@triton.jit
-def reciprocal_estimate(x):
-    """MUFU.RCP (``rcp.approx.ftz.f32``), the estimate ``div.rn.f32``'s fast path starts from. GPU
-    only: the interpreter has no inline assembly."""
-    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
-                                     is_pure=True, pack=1)
-
-
-@triton.jit
-def div_rn_fast_path(a, b):
-    """``div.rn.f32``'s fast path without the range check (FCHK) and slow-path call that ptxas puts
-    around it: the estimate, one Newton step, the product, one residual correction, the FMAs
-    ptxas emits on sm_90a (the residual negated, so that a zero ``a`` keeps its sign). Callers
-    keep ``a``, ``b``, ``1/b`` and ``a/b`` normal (or ``a`` zero), where this is RN(a / b), or
-    detect where they do not (an infinite or zero ``b`` gives NaN)."""
-    y = reciprocal_estimate(b)
-    y = tl.fma(tl.fma(negate(b), y, 1.0), y, y)
-    q = a * y
-    negated_residual = tl.fma(b, q, negate(a))
-    return tl.fma(negate(negated_residual), y, q)
-
-
-@triton.jit
 def max_keeping_nan(a, b):
     """Max whose result is NaN if either operand is, on the GPU (max.NaN) as in the interpreter,
     like torch.amax; ``tl.max`` on floats drops a NaN (maxnum on NVIDIA, ``np.nanmax`` in the

@@ -31,7 +31,6 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .exact_math import div_rn_fast_path
 from .quant import _scale_from_amax
 
 __all__ = ["swiglu_per_token_cast_to_fp8_triton", "swiglu_triton"]
@@ -49,37 +48,16 @@ _SWIGLU_BLOCK_N = 128
 MAX_GRAN_K = 4096
 # Groups run on grid axis 1, which CUDA limits to 65535 programs.
 MAX_GROUPS = 65535
-# 2^-32: the probe silu division's denominator scale (_silu_by_fast_path).
-_DENOMINATOR_SCALE = tl.constexpr(2.3283064365386963e-10)
-
-
-@triton.jit
-def _silu_by_fast_path(gate, exp_minus_gate):
-    """silu = RN(gate / (1 + exp_minus_gate)) without div_rn's range check and slow-path call
-    around every element, or inf / NaN where it cannot vouch for the value (a probe build:
-    benchmarks/probe_prologue.py --kernels swiglu).
-
-    The denominator is taken scaled by 2^-32 (one FMA rounds 1 + e and scales it exactly), so its
-    reciprocal stays normal for every finite 1 + e (up to 2^128), and the quotient, computed by
-    div.rn's fast path 2^32 too large, is scaled back exactly wherever it is normal. Where silu is
-    subnormal (|gate| < 2^-125) the denominator is exactly 2 and every step before the last
-    product is exact, so that product rounds once, as div_rn does. What comes out inf or NaN:
-    gate > 2^96 (the scaled quotient overflows), gate < -88.7 or -inf (1 + e is inf), +inf and
-    NaN. The caller redoes any tile whose act holds an inf or NaN with div_rn, which covers these
-    (and NaN or inf from elsewhere, recomputed to the same values)."""
-    scaled_denominator = tl.fma(exp_minus_gate, _DENOMINATOR_SCALE, _DENOMINATOR_SCALE)
-    return div_rn_fast_path(gate, scaled_denominator) * _DENOMINATOR_SCALE
 
 
 @triton.jit
 def _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
                  stride_xm, stride_xn, stride_w, clamp_value,
                  HAS_WEIGHTS: tl.constexpr, HAS_CLAMP: tl.constexpr, LIBDEVICE_EXP: tl.constexpr,
-                 ZERO_MASKED_COLUMNS: tl.constexpr, FAST_SILU: tl.constexpr = False):
+                 ZERO_MASKED_COLUMNS: tl.constexpr):
     """fp32 act of rows x cols (cols < intermediate). Elements of masked rows are 0 (x and the
     weight load as 0); those of masked columns only with ZERO_MASKED_COLUMNS (a select per element,
-    which the caller asks for when they enter a reduction). FAST_SILU: silu by
-    _silu_by_fast_path, whose inf / NaN the caller must catch."""
+    which the caller asks for when they enter a reduction)."""
     mask = row_ok[:, None] & col_ok[None, :]
     # int64 offsets: a transposed x of over 2^31 elements must not wrap.
     row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
@@ -95,11 +73,7 @@ def _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
         exp_minus_gate = libdevice.exp(-gate)
     else:
         exp_minus_gate = tl.exp(-gate)
-    if FAST_SILU:
-        silu = _silu_by_fast_path(gate, exp_minus_gate)
-    else:
-        silu = tl.math.div_rn(gate, 1.0 + exp_minus_gate)
-    act = silu * up
+    act = tl.math.div_rn(gate, 1.0 + exp_minus_gate) * up
     if HAS_WEIGHTS:
         weights = tl.load(weights_ptr + rows.to(tl.int64) * stride_w, mask=row_ok,
                           other=0.0).to(tl.float32)
@@ -142,7 +116,6 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     GRAN_K: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_WEIGHTS: tl.constexpr, HAS_CLAMP: tl.constexpr, LIBDEVICE_EXP: tl.constexpr,
     USE_UE8M0: tl.constexpr, PACKED_UE8M0: tl.constexpr, PARTIAL_LAST_GROUP: tl.constexpr,
-    FAST_DIV: tl.constexpr = False, FAST_SILU: tl.constexpr = False,
 ):
     """Program (i, g): rows [i*BLOCK_M, ...), K-group g of the I output columns.
 
@@ -151,10 +124,6 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     (byte 0 when packed), so every element of the SF storage is defined. The SF goes to
     ``sf_ptr + row * stride_sfm + g * stride_sfk``; with PACKED_UE8M0 ``sf_ptr`` is the byte view
     of the int32 SF, strides in int32 elements, and group g is byte g % 4 of element (row, g // 4).
-
-    Probe builds (benchmarks/probe_prologue.py): FAST_DIV, the scale's divisions by exact_math's FMA
-    sequences (same bits); FAST_SILU, silu by div.rn's fast path, a tile where that leaves an inf
-    or NaN in act computed again with div_rn (one more reduction of the row maxima).
     """
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     group = tl.program_id(1)
@@ -164,19 +133,13 @@ def _swiglu_per_token_cast_to_fp8_kernel(
     # Masked columns enter the amax only in a partial last group (padding groups get SF 0 below).
     act = _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
                        stride_xm, stride_xn, stride_w, clamp_value, HAS_WEIGHTS, HAS_CLAMP,
-                       LIBDEVICE_EXP, ZERO_MASKED_COLUMNS=PARTIAL_LAST_GROUP, FAST_SILU=FAST_SILU)
+                       LIBDEVICE_EXP, ZERO_MASKED_COLUMNS=PARTIAL_LAST_GROUP)
 
     # |act| is non-negative, so its bit patterns order as integers exactly as the values do, with
     # NaN above Inf: the integer max is torch.amax, NaN included.
-    amax_bits = tl.max(tl.abs(act).to(tl.int32, bitcast=True), axis=1)
-    if FAST_SILU:
-        if tl.max(amax_bits) >= 0x7F800000:
-            act = _swiglu_tile(x_ptr, weights_ptr, rows, cols, row_ok, col_ok, intermediate,
-                               stride_xm, stride_xn, stride_w, clamp_value, HAS_WEIGHTS, HAS_CLAMP,
-                               LIBDEVICE_EXP, ZERO_MASKED_COLUMNS=PARTIAL_LAST_GROUP)
-            amax_bits = tl.max(tl.abs(act).to(tl.int32, bitcast=True), axis=1)
-    amax = amax_bits.to(tl.float32, bitcast=True)
-    sf, inv_sf = _scale_from_amax(amax, USE_UE8M0, KEEP_NAN=True, FAST_DIV=FAST_DIV)
+    abs_bits = tl.abs(act).to(tl.int32, bitcast=True)
+    amax = tl.max(abs_bits, axis=1).to(tl.float32, bitcast=True)
+    sf, inv_sf = _scale_from_amax(amax, USE_UE8M0, KEEP_NAN=True)
     q = (act * inv_sf[:, None]).to(tl.float8e4nv)
     rows64 = rows.to(tl.int64)
     tl.store(q_ptr + rows64[:, None] * intermediate + cols[None, :], q,
@@ -235,15 +198,13 @@ def fused_block_m(gran_k: int) -> int:
 def swiglu_per_token_cast_to_fp8_triton(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
                                         routing_weights=None, clamp=None,
                                         tma_aligned_sf: bool = True,
-                                        use_packed_ue8m0: bool = False, *,
-                                        fast_div: bool = False, fast_silu: bool = False):
+                                        use_packed_ue8m0: bool = False):
     """Fused SwiGLU + per-token 1 x gran_k FP8 cast of bf16 ``x`` ``[M, 2*I]`` (any strides);
     gran_k a power of two <= MAX_GRAN_K; ``use_packed_ue8m0`` needs ``use_ue8m0``.
 
     Returns ``(q [M, I] float8_e4m3fn contiguous, sf)``: sf fp32 ``[M, ceil(I/gran_k)]`` or packed
     int32 ``[M, ceil(ceil(I/gran_k)/4)]`` (missing groups byte 0); with ``tma_aligned_sf`` strides
     ``(1, align(M, 4))`` (API.md 2.3) and padding rows written as 0, else row-major.
-    ``fast_div`` / ``fast_silu``: the kernel's probe builds (CUDA only), for probe_prologue.py.
     """
     m, intermediate = x.size(0), x.size(1) // 2
     num_groups = _cdiv(intermediate, gran_k)
@@ -268,5 +229,5 @@ def swiglu_per_token_cast_to_fp8_triton(x: torch.Tensor, use_ue8m0: bool, gran_k
                 x.stride(0), x.stride(1), stride_w, sf_strides[0], sf_strides[1], clamp_value,
                 GRAN_K=gran_k, BLOCK_M=block_m, **options, USE_UE8M0=bool(use_ue8m0),
                 PACKED_UE8M0=bool(use_packed_ue8m0), PARTIAL_LAST_GROUP=intermediate % gran_k != 0,
-                FAST_DIV=fast_div, FAST_SILU=fast_silu, num_warps=4)
+                num_warps=4)
     return q, sf
