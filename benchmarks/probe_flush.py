@@ -6,11 +6,13 @@ For a call that moves a few hundred MB that write-back is a fixed extra of the o
 size at HBM speed. This times the same CUDA-graph replay after three flushes: "write" (the method's
 memset), "read" (a reduction over the same buffer: the L2 ends up holding clean lines) and "none"
 (back-to-back, L2 warm with whatever the call left), for a plain read kernel, a device copy and the
-masked FP8 decode GEMMs of bench_grouped (expected m 20, checked against the reference there).
+masked FP8 decode GEMMs of bench_grouped (expected m 20, checked against the reference there),
+each of these also as the probe builds named by --defines (e.g. DG_PROBE_B_EVICT_FIRST).
 Prints one table; NOTES.md keeps the conclusions.
 
-    python benchmarks/probe_flush.py [--rounds 3]
+    python benchmarks/probe_flush.py [--rounds 3] [--defines DG_PROBE_B_EVICT_FIRST]
 """
+import functools
 import argparse
 import random
 import statistics
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import bench_grouped  # noqa: E402
 from dg_triton import testing  # noqa: E402
+from dg_triton.kernels import sm90_grouped_gemm  # noqa: E402
 
 FLUSH_BYTES = 256 * 1024 * 1024
 DECODE = ((6, 4096, 2048), (6, 6144, 7168), (32, 4096, 2048), (32, 6144, 7168))
@@ -50,25 +53,37 @@ def timed_us(graph, flush, reps: int = 40) -> float:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--defines", default="", help="'+'-joined kernel macros of a probe build of the GEMMs")
     args = parser.parse_args()
+    builds = [()] + ([tuple(args.defines.split("+"))] if args.defines else [])
     buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     sink = torch.empty((), dtype=torch.int64, device="cuda")
     flushes = {"write": buffer.zero_, "read": lambda: torch.sum(buffer, 0, out=sink), "none": lambda: None}
 
-    cases = []
+    # (name, bytes, graph): each graph captured as soon as its call exists, while the plan tables
+    # hold that call's build (a probe build's plan replaces the default's under the same key).
+    cases, keep_alive = [], []   # the calls' tensors must outlive their graphs
     for mb in (50, 264, 1409):
         x = torch.randn(mb * 1024 * 1024 // 4, device="cuda")
         out = torch.empty((), device="cuda")
-        cases.append((f"read {mb} MB (torch.sum)", x.numel() * 4, lambda x=x, out=out: torch.sum(x, 0, out=out)))
+        cases.append((f"read {mb} MB (torch.sum)", x.numel() * 4,
+                      testing.capture_graph(lambda x=x, out=out: torch.sum(x, 0, out=out))))
         y = torch.empty_like(x[: x.numel() // 2])
+        keep_alive += [x, out, y]
         cases.append((f"copy {mb // 2} MB -> {mb // 2} MB", x.numel() * 4,
-                      lambda x=x, y=y: y.copy_(x[: y.numel()])))
+                      testing.capture_graph(lambda x=x, y=y: y.copy_(x[: y.numel()]))))
+    spec = sm90_grouped_gemm.GroupedFp8GemmKernelSpec
     for groups, n, k in DECODE:
-        random.seed(1234)
-        _, shape, ours, _, _, nbytes, _, _, _, _ = bench_grouped.fp8_masked_case(groups, 20, n, k)
-        cases.append((f"masked FP8 {groups} x 20 {n}x{k}", nbytes, ours))
-
-    graphs = [(name, nbytes, testing.capture_graph(fn)) for name, nbytes, fn in cases]
+        for defines in builds:
+            sm90_grouped_gemm.GroupedFp8GemmKernelSpec = functools.partial(spec, probe_defines=defines)
+            sm90_grouped_gemm._fp8_plans.clear()
+            random.seed(1234)
+            _, shape, ours, _, _, nbytes, _, _, _, _ = bench_grouped.fp8_masked_case(groups, 20, n, k)
+            keep_alive.append(ours)
+            cases.append((f"masked FP8 {groups} x 20 {n}x{k}{' ' + '+'.join(defines) if defines else ''}",
+                          nbytes, testing.capture_graph(ours)))
+    sm90_grouped_gemm.GroupedFp8GemmKernelSpec = spec
+    graphs = cases
     results = {(name, flush): [] for name, _, _ in graphs for flush in flushes}
     for _ in range(args.rounds):
         for name, _, graph in graphs:

@@ -101,6 +101,24 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc
         : "memory");
 }
 
+// Probe builds (DG_PROBE_B_EVICT_FIRST, gemm_pipeline.cuh): a load under an L2 cache policy
+// (PTX ISA 9.7.9.25 .L2::cache_hint; the policy from createpolicy, 9.7.9.18).
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+__device__ __forceinline__ void tma_load_2d_hinted(void* dst, const TmaDescriptor* desc, uint64_t* bar,
+                                                   int32_t inner, int32_t outer, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)),
+           "r"(inner), "r"(outer), "l"(policy)
+        : "memory");
+}
+
 // Shared -> global; out-of-bounds rows/columns of the box are not written (tails for free).
 __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const void* src,
                                              int32_t inner, int32_t outer) {

@@ -106,7 +106,14 @@ __device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma
     constexpr uint32_t kAtoms = T::kBKMajor ? 1 : T::kBlockN / T::kAtom;
     if constexpr (T::kClusterM == 1) {
         if constexpr (T::kBKMajor) {
+#ifdef DG_PROBE_B_EVICT_FIRST
+            // Probe builds (benchmarks/probe_grouped_tiles.py, probe_fp8.py): B (the weights, read
+            // once at decode sizes) under L2 evict-first, so its lines are what later loads evict
+            // rather than lines others wrote (the timing method's flush leaves the L2 all dirty).
+            tma_load_2d_hinted(b, &tma_b, full, k0, n0, l2_policy_evict_first());
+#else
             tma_load_2d(b, &tma_b, full, k0, n0);
+#endif
         } else {
 #pragma unroll
             for (uint32_t i = 0; i < kAtoms; ++i)
