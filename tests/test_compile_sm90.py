@@ -183,6 +183,14 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
     for out_dtype in (torch.float32, torch.bfloat16):
         spec = _spec(_find(tiles, 128, 256), True, True, out_dtype, True)
         full_sass.append(replace(spec, probe_defines=("DG_PROBE_SERIAL_C_ADD",)))
+    # B under L2 evict-first (heuristics.sm90.b_evict_first: decode-sized M), as the API builds it
+    # for the forward shapes at M = 64 and 128: the chosen tile's (K, K, bf16) corner.
+    for m in (64, 128):
+        for n, k in ((7168, 16384), (4096, 7168), (576, 7168)):
+            config = heuristics.choose_bf16_gemm_config(m, n, k, 2, _NUM_SMS, 1, True)
+            if sm90_bf16_gemm.b_loads_evict_first(m, n, k, True, config):
+                full_sass.append(Bf16GemmKernelSpec(config, True, True, torch.bfloat16, False,
+                                                    b_evict_first=True))
     unique = dict.fromkeys(full_sass, True)
     for spec in ptxas_only:
         unique.setdefault(spec, False)
@@ -267,6 +275,11 @@ def test_bf16_gemm_variant_compiles_without_spills_with_hgmma_and_tma(spec, chec
     _check_ptxas_report(compiled)
     if check_sass:
         _check_sass(compiled, spec.config.block_n, tma_store=not spec.split_k)
+    if compiler.cuobjdump_path() is not None:
+        # B's loads carry the evict-first cache policy (a descriptor operand) exactly when chosen.
+        sass = compiler.disassemble(compiled.entry_dir / "kernel.cubin")
+        hinted = [line for line in sass.splitlines() if "UTMALDG" in line and "desc[" in line]
+        assert bool(hinted) == spec.b_evict_first, f"{spec.name}: {len(hinted)} cache-hinted TMA loads"
 
 
 # 2-CTA clusters: along N sharing A by TMA multicast, each way load_a_tile splits A (K-major rows,

@@ -27,7 +27,8 @@ _NUM_SMS = 132
 def _chosen(m, n, k, kind, block_n_divides=None):
     out = torch.float32 if kind == "1d1d" else torch.bfloat16
     config = heuristics.choose_fp8_gemm_config(m, n, k, out.itemsize, _NUM_SMS, kind, block_n_divides)
-    return Fp8GemmKernelSpec(config, kind == "1d1d", out, kind == "1d1d")
+    return Fp8GemmKernelSpec(config, kind == "1d1d", out, kind == "1d1d",
+                             b_evict_first=sm90_fp8_gemm.b_loads_evict_first(m, n, k, config))
 
 
 def _variants():
@@ -108,6 +109,10 @@ def test_fp8_gemm_variant_compiles_without_spills_with_qgmma_and_tma(spec):
     sass = check_fp8_binary(sm90_fp8_gemm.compile_spec(spec), spec.config.block_n, tma_store=not spec.split_k)
     if sass is not None and spec.config.cluster_size > 1:
         assert "MULTICAST" in sass, f"{spec.name}: no multicast TMA load"
+    if sass is not None:
+        # B's loads carry the evict-first cache policy (a descriptor operand) exactly when chosen.
+        hinted = [line for line in sass.splitlines() if "UTMALDG" in line and "desc[" in line]
+        assert bool(hinted) == spec.b_evict_first, f"{spec.name}: {len(hinted)} cache-hinted TMA loads"
 
 
 def test_fp8_configs_respect_the_register_caps_and_the_skip_head_mid_split():

@@ -140,7 +140,10 @@ def _fp8_variants():
             config = heuristics.choose_m_grouped_fp8_config(
                 heuristics.GROUPED_MASKED, num_groups, int(expected * 1.2), GROUPED_MASKED_MAX_M, n, k,
                 _NUM_SMS)
-            spec = GroupedFp8GemmKernelSpec(config, MASKED, n, k)
+            # As the API builds it: at decode sizes B under L2 evict-first.
+            evict_first = sm90_grouped_gemm.fp8_b_loads_evict_first(MASKED, num_groups, int(expected * 1.2),
+                                                                    n, k, config)
+            spec = GroupedFp8GemmKernelSpec(config, MASKED, n, k, b_evict_first=evict_first)
             specs[spec.source()] = spec  # one per binary
     # The masked decode tiles with K compiled in as 2048 (16 K blocks, 8 stages), where the
     # producer once spilled at 40 registers.
@@ -190,3 +193,6 @@ def test_grouped_fp8_variant_compiles_without_spills_with_qgmma_and_tma(spec):
     assert "CALL.ABS" not in sass, f"{compiled.name}: calls a fallback (wrong architecture?)"
     if spec.layout != INDEX:
         assert "STG.E" in sass, f"{compiled.name}: no plain global store for a partial tile"
+    # B's loads carry the evict-first cache policy (a descriptor operand) exactly when chosen.
+    hinted = [line for line in sass.splitlines() if "UTMALDG" in line and "desc[" in line]
+    assert bool(hinted) == spec.b_evict_first, f"{compiled.name}: {len(hinted)} cache-hinted TMA loads"

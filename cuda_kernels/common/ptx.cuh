@@ -101,8 +101,8 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc
         : "memory");
 }
 
-// Probe builds (DG_PROBE_B_EVICT_FIRST, gemm_pipeline.cuh): a load under an L2 cache policy
-// (PTX ISA 9.7.9.25 .L2::cache_hint; the policy from createpolicy, 9.7.9.18).
+// A load under an L2 cache policy (PTX ISA 9.7.9.25 .L2::cache_hint; the policy from createpolicy,
+// 9.7.9.18): gemm_pipeline.cuh's B loads under DG_B_EVICT_FIRST.
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));

@@ -106,10 +106,9 @@ __device__ __forceinline__ void load_b_tile(uint8_t* b, const TmaDescriptor& tma
     constexpr uint32_t kAtoms = T::kBKMajor ? 1 : T::kBlockN / T::kAtom;
     if constexpr (T::kClusterM == 1) {
         if constexpr (T::kBKMajor) {
-#ifdef DG_PROBE_B_EVICT_FIRST
-            // Probe builds (benchmarks/probe_grouped_tiles.py, probe_fp8.py): B (the weights, read
-            // once at decode sizes) under L2 evict-first, so its lines are what later loads evict
-            // rather than lines others wrote (the timing method's flush leaves the L2 all dirty).
+#ifdef DG_B_EVICT_FIRST
+            // B streamed once (decode-sized M; the host's heuristics.sm90.b_evict_first defines
+            // this): its lines are what later loads evict, not lines other kernels wrote.
             tma_load_2d_hinted(b, &tma_b, full, k0, n0, l2_policy_evict_first());
 #else
             tma_load_2d(b, &tma_b, full, k0, n0);

@@ -572,6 +572,28 @@ FP8_GEMV_MIN_K = 2048
 BF16_GEMV_MIN_K = 4096
 
 
+# B under L2 evict-first (gemm_pipeline.cuh load_b_tile, compiled in as DG_B_EVICT_FIRST) where
+# its tiles are read by the CTAs of at most two block rows and B is at most B_EVICT_FIRST_MAX_BYTES:
+# the weights of decode-sized M, streamed once. Their lines are then what later loads evict,
+# rather than lines other kernels wrote: the timing method's flush leaves the L2 full of dirty
+# lines, which a call must otherwise write back first (5-10 us on an H100, probe_flush.py), and in
+# a model those lines are the activations the next kernels read. Measured (H100, NOTES.md session
+# 37): FP8 128x128 at M = 128 / 64 1-13 % faster, M = 4096 (B read by 32 block rows) 4.5 % slower;
+# the masked decode GEMMs 1-14 % faster at 6 groups (B 50-264 MB), 1.5-2.5 % slower at 32 groups
+# with B of 400 MB or more. The BF16 kernels take it only once it is measured for them
+# (B_EVICT_FIRST_BF16; benchmarks/probe_evict_first.py times both families).
+B_EVICT_FIRST = True
+B_EVICT_FIRST_BF16 = False
+B_EVICT_FIRST_MAX_BYTES = 300 * 2**20
+
+
+def b_evict_first(block_rows: int, b_bytes: int, bf16: bool = False) -> bool:
+    """Whether a GEMM whose B tiles are read by `block_rows` block rows of CTAs (per group) and
+    whose B (all groups) holds `b_bytes` loads B under L2 evict-first."""
+    return (B_EVICT_FIRST and (B_EVICT_FIRST_BF16 or not bf16) and block_rows <= 2
+            and b_bytes <= B_EVICT_FIRST_MAX_BYTES)
+
+
 def takes_gemv(m: int, k: int, fp8: bool) -> bool:
     """Whether an SM90 dense FP8 (or BF16) GEMM of M rows and depth K goes to the GEMV."""
     if fp8:

@@ -13,7 +13,7 @@ import torch
 from dg_triton import settings
 from dg_triton import dispatch
 from dg_triton.dispatch import print_config_once
-from dg_triton.heuristics.sm90 import (BLOCK_K_BF16, DEFAULT_L2_GROUP, Bf16GemmConfig,
+from dg_triton.heuristics.sm90 import (BLOCK_K_BF16, DEFAULT_L2_GROUP, Bf16GemmConfig, b_evict_first,
                                        bf16_gemm_shared_memory, choose_bf16_gemm_config,
                                        epilogue_swizzle_bytes, stream_k_plan)
 from dg_triton.jit import compiler, tma
@@ -42,6 +42,7 @@ class Bf16GemmKernelSpec:
     shape_n: int = 0
     shape_k: int = 0
     probe_defines: tuple = ()  # macros of probe builds (benchmarks/probe_bf16.py); never set by the API
+    b_evict_first: bool = False   # B's loads under L2 evict-first (heuristics.sm90.b_evict_first)
 
     @property
     def name(self) -> str:
@@ -53,6 +54,7 @@ class Bf16GemmKernelSpec:
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
+                f"{'_ef' if self.b_evict_first else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property
@@ -62,7 +64,8 @@ class Bf16GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
-        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
+        defines = "".join(f"#define {d} 1\n" for d in
+                          self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))
         return f'''// {self.name}
 {defines}#include "sm90/bf16_gemm.cuh"
 
@@ -217,6 +220,12 @@ def split_k_arguments(config: Bf16GemmConfig, m: int, n: int, k_blocks: int, dev
     return (config.num_splits, 0, 0), SplitKBuffers(config, m, n, device, slot)
 
 
+def b_loads_evict_first(m: int, n: int, k: int, b_k_major: bool, config: Bf16GemmConfig) -> bool:
+    """Whether the kernel for this problem and config loads B under L2 evict-first
+    (heuristics.sm90.b_evict_first; the kernel has the policy on K-major B tiles one CTA loads)."""
+    return b_k_major and config.cluster_m == 1 and b_evict_first(-(-m // config.block_m), n * k * 2, bf16=True)
+
+
 def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate, compiled_dims,
                config: Bf16GemmConfig | None, probe_defines: tuple = ()) -> _Plan:
     device_index = d.device.index
@@ -227,7 +236,8 @@ def _make_plan(function: str, a, b, d, m, n, k, a_k_major, b_k_major, accumulate
                                          settings._block_size_multiple_of[1], b_k_major,
                                          accumulate=accumulate)
     spec = Bf16GemmKernelSpec(config, a_k_major, b_k_major, d.dtype, accumulate,
-                              *_compiled_dims(m, n, k, compiled_dims), probe_defines)
+                              *_compiled_dims(m, n, k, compiled_dims), probe_defines,
+                              b_loads_evict_first(m, n, k, b_k_major, config))
     print_config_once(function, (m, n, k), d.device, spec)
     kernel = _load(spec, device_index)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,

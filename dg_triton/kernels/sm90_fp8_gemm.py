@@ -16,8 +16,9 @@ from dg_triton import dispatch, settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.env import env_flag
 from dg_triton.errors import reject
-from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, choose_fp8_gemm_config,
-                                      fp8_gemm_shared_memory, fp8_overlaps_promotion)
+from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, b_evict_first,
+                                      choose_fp8_gemm_config, fp8_gemm_shared_memory,
+                                      fp8_overlaps_promotion)
 from dg_triton.jit import compiler, sass_yield, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
 from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
@@ -59,6 +60,7 @@ class Fp8GemmKernelSpec:
     shape_n: int = 0
     shape_k: int = 0
     probe_defines: tuple = ()     # macros of probe builds (benchmarks/probe_fp8.py); never set by the API
+    b_evict_first: bool = False   # B's loads under L2 evict-first (heuristics.sm90.b_evict_first)
 
     @property
     def name(self) -> str:
@@ -71,6 +73,7 @@ class Fp8GemmKernelSpec:
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
+                f"{'_ef' if self.b_evict_first else ''}"
                 + "".join(f"_{d.lower()}" for d in self.probe_defines))
 
     @property
@@ -109,7 +112,8 @@ class Fp8GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
-        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
+        defines = "".join(f"#define {d} 1\n" for d in
+                          self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))
         return f'''// {self.name}
 {defines}#include "sm90/fp8_gemm.cuh"
 
@@ -172,6 +176,12 @@ class _Plan:
 _plans: dict = {}
 
 
+def b_loads_evict_first(m: int, n: int, k: int, config: Bf16GemmConfig) -> bool:
+    """Whether the kernel for this problem and config loads B under L2 evict-first
+    (heuristics.sm90.b_evict_first; the kernel has the policy on B tiles one CTA loads)."""
+    return config.cluster_m == 1 and b_evict_first(-(-m // config.block_m), n * k)
+
+
 def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate, compiled_dims,
                config, probe_defines=()) -> _Plan:
     m, n, k = problem.m, problem.n, problem.k
@@ -192,7 +202,8 @@ def _make_plan(function, a, sfa, b, sfb, d, problem: Fp8GemmProblem, accumulate,
         raise reject(function, "config", "no split-K or stream-K with head_splits (their store has "
                      "no column remap)", config)
     spec = Fp8GemmKernelSpec(config, problem.kind == "1d1d", d.dtype, accumulate,
-                             *_compiled_dims(m, n, k, compiled_dims), probe_defines)
+                             *_compiled_dims(m, n, k, compiled_dims), probe_defines,
+                             b_loads_evict_first(m, n, k, config))
     print_config_once(function, (m, n, k), d.device, spec)
     kernel: Kernel = _load_source(spec.name, spec.source(), device_index, KERNEL_SYMBOL,
                                   spec.ffma_yield)

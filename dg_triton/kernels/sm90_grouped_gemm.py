@@ -25,7 +25,7 @@ from dg_triton import settings
 from dg_triton.dispatch import print_config_once
 from dg_triton.errors import reject
 from dg_triton.heuristics.sm90 import (GROUPED_CONTIGUOUS, GROUPED_MASKED, Bf16GemmConfig,
-                                       bf16_gemm_shared_memory, choose_m_grouped_bf16_config,
+                                       b_evict_first, bf16_gemm_shared_memory, choose_m_grouped_bf16_config,
                                        choose_m_grouped_fp8_config, fp8_gemm_shared_memory,
                                        fp8_split_columns_shared_memory)
 from dg_triton.jit import tma
@@ -262,13 +262,14 @@ class GroupedFp8GemmKernelSpec:
     shape_n: int = 0      # 0: passed at run time (compiled_dims)
     shape_k: int = 0
     probe_defines: tuple = ()  # macros of probe builds (benchmarks/probe_grouped_tiles.py); never set by the API
+    b_evict_first: bool = False   # B's loads under L2 evict-first (heuristics.sm90.b_evict_first)
 
     @property
     def name(self) -> str:
         c = self.config
         split = "c" if c.split_columns else ""
         return (f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}{split}_s{c.num_stages}"
-                f"{_probe_suffix(self.probe_defines)}")
+                f"{'_ef' if self.b_evict_first else ''}{_probe_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
@@ -281,7 +282,7 @@ class GroupedFp8GemmKernelSpec:
         c = self.config
         scheduler, scheduler_args = _scheduler_source(self.layout, c, "true", "0")
         return f'''// {self.name}
-{_probe_lines(self.probe_defines)}#include "sm90/fp8_gemm.cuh"
+{_probe_lines(self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))}#include "sm90/fp8_gemm.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, false, __nv_bfloat16, false, false, {c.group_m}, 1, 1,
@@ -331,6 +332,14 @@ class _Fp8Plan:
         self.device_index = device_index
 
 
+def fp8_b_loads_evict_first(layout: str, num_groups: int, rows_per_group: int, n: int, k: int,
+                            config: Bf16GemmConfig) -> bool:
+    """Whether the M-grouped FP8 kernel loads B under L2 evict-first (heuristics.sm90.b_evict_first):
+    the masked layout's decode sizes, where each expert's weights are read by the CTAs of one or two
+    block rows; never the contiguous layouts, whose experts hold many."""
+    return layout == MASKED and b_evict_first(-(-rows_per_group // config.block_m), num_groups * n * k)
+
+
 def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_alignment,
               rows_per_group, compiled_dims):
     """`rows`: M (contiguous) or max_m (masked)."""
@@ -343,7 +352,9 @@ def _fp8_plan(function, layout, a, sfa, b, sfb, d, num_groups, rows, n, k, mk_al
         raise reject(function, "grouped_layout", "an mk alignment divisible by 64 (the SM90 kernel's "
                      "block M)", mk_alignment)
     _, shape_n, shape_k = _compiled_dims(0, n, k, compiled_dims)
-    spec = GroupedFp8GemmKernelSpec(config, layout, shape_n, shape_k)
+    spec = GroupedFp8GemmKernelSpec(
+        config, layout, shape_n, shape_k,
+        b_evict_first=fp8_b_loads_evict_first(layout, num_groups, rows_per_group, n, k, config))
     print_config_once(function, (num_groups, rows, n, k), d.device, spec)
     kernel = _load_source(spec.name, spec.source(), device_index, FP8_KERNEL_SYMBOL)
     launcher = Launcher(kernel, grid=config.num_sms, block=config.num_threads,
