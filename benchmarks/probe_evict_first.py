@@ -8,7 +8,8 @@ after its plan is made, and the graphs are timed in alternation (do_bench's medi
 replays, a 256 MiB memset before each: ANCHORS.md's method). Prints one table; NOTES.md keeps the
 conclusions.
 
-    python benchmarks/probe_evict_first.py [--families fp8,bf16,masked] [--ms 128,64] [--rounds 3]
+    python benchmarks/probe_evict_first.py [--families fp8,bf16,masked] [--ms 128,64]
+                                           [--masked-groups 6,32] [--rounds 3]
 """
 import argparse
 import random
@@ -75,6 +76,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--families", default="fp8,bf16,masked")
     parser.add_argument("--ms", default="128,64")
+    parser.add_argument("--masked-groups", default="6,32")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     cases = []
@@ -83,7 +85,7 @@ def main():
         for m in (int(x) for x in args.ms.split(",")):
             cases += [(family, m, n, k) for n, k in BF16_DENSE_BF16_OUT_NK]
     if "masked" in families:
-        cases += [("masked", groups, n, k) for groups in (6, 32) for n, k in GROUPED_NK]
+        cases += [("masked", int(groups), n, k) for groups in args.masked_groups.split(",") for n, k in GROUPED_NK]
     lines = ["| family | M (groups) | N | K | choice off us | choice on us | off / on | chosen |", "|---" * 8 + "|"]
     for family, m, n, k in cases:
         graphs, outputs, chosen = [], [], None
