@@ -7,10 +7,11 @@ size at HBM speed. This times the same CUDA-graph replay after three flushes: "w
 memset), "read" (a reduction over the same buffer: the L2 ends up holding clean lines) and "none"
 (back-to-back, L2 warm with whatever the call left), for a plain read kernel, a device copy and the
 masked FP8 decode GEMMs of bench_grouped (expected m 20, checked against the reference there),
-each of these also as the probe builds named by --defines (e.g. DG_PROBE_B_EVICT_FIRST).
+each of these also as the probe builds named by --defines (e.g. DG_B_EVICT_FIRST, which the
+library now chooses itself for the smaller decode shapes: heuristics.sm90.b_evict_first).
 Prints one table; NOTES.md keeps the conclusions.
 
-    python benchmarks/probe_flush.py [--rounds 3] [--defines DG_PROBE_B_EVICT_FIRST]
+    python benchmarks/probe_flush.py [--rounds 3] [--defines DG_B_EVICT_FIRST]
 """
 import functools
 import argparse
