@@ -13,6 +13,12 @@ from dg_triton.kernels.sm90_fp8_gemm import Fp8GemmKernelSpec
 _NUM_SMS = 132
 
 
+@pytest.fixture(autouse=True)
+def rule_on(monkeypatch):
+    """The rule as it would run switched on (it ships off until measured on the H200)."""
+    monkeypatch.setattr(heuristics, "B_EVICT_FIRST", True)
+
+
 def test_the_rule_takes_b_read_by_at_most_two_block_rows_and_at_most_the_byte_cap():
     cap = heuristics.B_EVICT_FIRST_MAX_BYTES
     assert heuristics.b_evict_first(1, cap) and heuristics.b_evict_first(2, 1)

@@ -183,14 +183,11 @@ def _variants() -> list[tuple[Bf16GemmKernelSpec, bool]]:
     for out_dtype in (torch.float32, torch.bfloat16):
         spec = _spec(_find(tiles, 128, 256), True, True, out_dtype, True)
         full_sass.append(replace(spec, probe_defines=("DG_PROBE_SERIAL_C_ADD",)))
-    # B under L2 evict-first (heuristics.sm90.b_evict_first: decode-sized M), as the API builds it
-    # for the forward shapes at M = 64 and 128: the chosen tile's (K, K, bf16) corner.
-    for m in (64, 128):
-        for n, k in ((7168, 16384), (4096, 7168), (576, 7168)):
-            config = heuristics.choose_bf16_gemm_config(m, n, k, 2, _NUM_SMS, 1, True)
-            if sm90_bf16_gemm.b_loads_evict_first(m, n, k, True, config):
-                full_sass.append(Bf16GemmKernelSpec(config, True, True, torch.bfloat16, False,
-                                                    b_evict_first=True))
+    # B under L2 evict-first (heuristics.sm90.b_evict_first, off by default): the chosen tile's
+    # (K, K, bf16) corner at decode-sized M, as the API would build it with the switch on.
+    for m, n, k in ((64, 7168, 16384), (128, 4096, 7168), (128, 576, 7168)):
+        config = heuristics.choose_bf16_gemm_config(m, n, k, 2, _NUM_SMS, 1, True)
+        full_sass.append(Bf16GemmKernelSpec(config, True, True, torch.bfloat16, False, b_evict_first=True))
     unique = dict.fromkeys(full_sass, True)
     for spec in ptxas_only:
         unique.setdefault(spec, False)

@@ -80,6 +80,11 @@ def _variants():
     config = heuristics.make_fp8_config("1d1d", 4096, 4096, 128, 112, 1, 7168, 4, _NUM_SMS)
     spec = Fp8GemmKernelSpec(config, True, torch.float32, True, probe_defines=("DG_PROBE_SERIAL_C_ADD",))
     specs[spec.name] = spec
+    # B under L2 evict-first (heuristics.sm90.b_evict_first, off by default): a decode tile and a split-K one.
+    for m, n, k in ((128, 4096, 7168), (64, 576, 7168)):
+        config = heuristics.choose_fp8_gemm_config(m, n, k, 2, _NUM_SMS, "1d2d")
+        spec = Fp8GemmKernelSpec(config, False, torch.bfloat16, False, b_evict_first=True)
+        specs[spec.name] = spec
     return sorted(specs.values(), key=lambda spec: spec.name)
 
 

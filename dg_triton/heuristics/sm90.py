@@ -580,9 +580,10 @@ BF16_GEMV_MIN_K = 4096
 # a model those lines are the activations the next kernels read. Measured (H100, NOTES.md session
 # 37): FP8 128x128 at M = 128 / 64 1-13 % faster, M = 4096 (B read by 32 block rows) 4.5 % slower;
 # the masked decode GEMMs 1-14 % faster at 6 groups (B 50-264 MB), 1.5-2.5 % slower at 32 groups
-# with B of 400 MB or more. The BF16 kernels take it only once it is measured for them
-# (B_EVICT_FIRST_BF16; benchmarks/probe_evict_first.py times both families).
-B_EVICT_FIRST = True
+# with B of 400 MB or more. Those gains are the flush's write-back spared: with a clean L2 (a
+# read-only flush) 6 x 20 4096x2048 ran 24.3 against 24.4 us. Off until measured with the API's
+# own tiles (64-row, split-K) on the H200 (benchmarks/probe_evict_first.py); BF16 has its own switch.
+B_EVICT_FIRST = False
 B_EVICT_FIRST_BF16 = False
 B_EVICT_FIRST_MAX_BYTES = 300 * 2**20
 

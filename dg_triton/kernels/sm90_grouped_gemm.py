@@ -336,7 +336,7 @@ def fp8_b_loads_evict_first(layout: str, num_groups: int, rows_per_group: int, n
                             config: Bf16GemmConfig) -> bool:
     """Whether the M-grouped FP8 kernel loads B under L2 evict-first (heuristics.sm90.b_evict_first):
     the masked layout's decode sizes, where each expert's weights are read by the CTAs of one or two
-    block rows; never the contiguous layouts, whose experts hold many."""
+    block rows; not the contiguous layouts (not measured)."""
     return layout == MASKED and b_evict_first(-(-rows_per_group // config.block_m), num_groups * n * k)
 
 
