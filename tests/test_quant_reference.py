@@ -128,6 +128,27 @@ def test_per_custom_dims_cast_scales_each_kept_index_by_the_amax_over_the_rest(d
     assert sf.shape == (5,)
 
 
+def test_per_custom_dims_cast_edge_dims():
+    torch.manual_seed(8)
+    x = torch.randn(6, 40) * 30
+    one, sf_one = dg_triton.per_custom_dims_cast_to_fp8(x, (0,), False)
+    # A repeated or negative dim names the same dim once.
+    for dims in [(0, 0), (-2,), (0, -2)]:
+        q, sf = dg_triton.per_custom_dims_cast_to_fp8(x, dims, False)
+        assert torch.equal(sf, sf_one) and torch.equal(q.view(torch.uint8), one.view(torch.uint8))
+    # Keeping every dim leaves nothing to reduce: one scale per element, |x| / 448 (API.md's
+    # reading; DeepGEMM's amax(dim=()) would reduce everything instead, see the docstring).
+    q, sf = dg_triton.per_custom_dims_cast_to_fp8(x, (0, 1), False)
+    assert sf.shape == x.shape
+    assert torch.equal(sf, x.abs().clamp(min=1e-4) / 448.0)
+    assert q.float().abs().max() <= 448 and q.float().abs().min() >= 448 / 1.07
+    # An empty kept dim is fine (an empty result); an empty reduced dim is refused by name.
+    q, sf = dg_triton.per_custom_dims_cast_to_fp8(torch.randn(4, 0), (1,), False)
+    assert q.shape == (4, 0) and sf.numel() == 0
+    with pytest.raises(DGArgumentError, match=r"x must be non-empty in the dims its amax"):
+        dg_triton.per_custom_dims_cast_to_fp8(torch.randn(4, 0), (0,), False)
+
+
 @pytest.mark.parametrize("dims, fragment", [
     (0, "dims must be a tuple of ints"), ((0.5,), "dims must be a tuple of ints"),
     ((True,), "dims must be a tuple of ints"), ((3,), r"dims must be dims of a 2-D x"),

@@ -121,7 +121,13 @@ def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims, use_ue8m0: bool):
     """FP8 E4M3 cast with one scale per index of the kept ``dims`` (API.md 3.15), the amax taken
     over every other dim: ``(q float8_e4m3fn shaped as x, sf fp32 .squeeze()d)``. E.g.
     ``dims=(0,)`` on a ``[SK, Dh]`` key cache gives one scale a token, ``sf [SK]``. Plain torch on
-    any device, as DeepGEMM's helper (the scale tensors it serves are small)."""
+    any device, as DeepGEMM's helper (the scale tensors it serves are small).
+
+    Negative and repeated dims name the same dim once. When ``dims`` keeps every dim there is
+    nothing to reduce and each element gets its own scale, as API.md's "amax over every dim not
+    in dims" reads; DeepGEMM's helper instead passes an empty dim tuple to ``amax``, which torch
+    treats as "reduce all", so it returns one scale for the whole tensor there. A dim taken the
+    amax over must not be empty (there is no amax of nothing); a kept dim may be."""
     function = "per_custom_dims_cast_to_fp8"
     if not isinstance(x, torch.Tensor):
         raise reject(function, "x", "a torch.Tensor", type(x).__name__)
@@ -136,6 +142,10 @@ def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims, use_ue8m0: bool):
     if any(not -x.dim() <= d < x.dim() for d in kept):
         raise reject(function, "dims", f"dims of a {x.dim()}-D x, in [-{x.dim()}, {x.dim()})", kept)
     kept = tuple(sorted({d % x.dim() for d in kept}))
+    empty = [d for d in range(x.dim()) if d not in kept and x.size(d) == 0]
+    if empty:
+        raise reject(function, "x", f"non-empty in the dims its amax is taken over ({empty})",
+                     f"shape {tuple(x.shape)}")
     return reference_quant.per_custom_dims_cast_to_fp8(x, kept, bool(use_ue8m0))
 
 
