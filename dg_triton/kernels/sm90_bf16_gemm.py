@@ -54,8 +54,7 @@ class Bf16GemmKernelSpec:
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
-                f"{'_ef' if self.b_evict_first else ''}"
-                + "".join(f"_{d.lower()}" for d in self.probe_defines))
+                f"{_build_suffix(self.probe_defines, self.b_evict_first)}")
 
     @property
     def split_k(self) -> bool:
@@ -64,10 +63,8 @@ class Bf16GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
-        defines = "".join(f"#define {d} 1\n" for d in
-                          self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))
         return f'''// {self.name}
-{defines}#include "sm90/bf16_gemm.cuh"
+{_define_lines(self.probe_defines, self.b_evict_first)}#include "sm90/bf16_gemm.cuh"
 
 using Traits = dg::sm90::Bf16GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.a_k_major)}, {flag(self.b_k_major)},
@@ -191,6 +188,19 @@ class SplitKBuffers:
             pointers = scratch.pointers(self.workspace_elements, self.counter_elements)
             cached = self._by_stream[stream] = (scratch.generation, self._with(template, pointers))
         return cached[1]
+
+
+def _build_suffix(probe_defines: tuple, b_evict_first: bool = False) -> str:
+    """The end of a kernel's name that tells its build apart: `_ef` where B's loads are evict-first,
+    then a probe build's macros, lower-cased (neither for most API builds)."""
+    return ("_ef" if b_evict_first else "") + "".join(f"_{d.lower()}" for d in probe_defines)
+
+
+def _define_lines(probe_defines: tuple, b_evict_first: bool = False) -> str:
+    """The `#define`s put before a kernel's headers: a probe build's macros, then the evict-first
+    switch of gemm_pipeline.cuh where chosen."""
+    macros = probe_defines + (("DG_B_EVICT_FIRST",) if b_evict_first else ())
+    return "".join(f"#define {d} 1\n" for d in macros)
 
 
 def _compiled_dims(m: int, n: int, k: int, compiled_dims: str) -> tuple[int, int, int]:

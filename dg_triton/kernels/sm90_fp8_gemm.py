@@ -21,8 +21,9 @@ from dg_triton.heuristics.sm90 import (DEFAULT_L2_GROUP, Bf16GemmConfig, b_evict
                                       fp8_overlaps_promotion)
 from dg_triton.jit import compiler, sass_yield, tma
 from dg_triton.jit.module import TMA, U32, U64, Kernel, Launcher
-from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
-                                              _output_params, split_k_arguments)
+from dg_triton.kernels.sm90_bf16_gemm import (_build_suffix, _compiled_dims, _current_stream,
+                                              _define_lines, _load_source, _output_params,
+                                              split_k_arguments)
 
 KERNEL_SYMBOL = "sm90_fp8_gemm"
 _OUT_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float32: "float"}
@@ -73,8 +74,7 @@ class Fp8GemmKernelSpec:
                 f"{f'_c{c.cluster_n}' if c.cluster_n > 1 else ''}"
                 f"{f'_cm{c.cluster_m}' if c.cluster_m > 1 else ''}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
-                f"{'_ef' if self.b_evict_first else ''}"
-                + "".join(f"_{d.lower()}" for d in self.probe_defines))
+                f"{_build_suffix(self.probe_defines, self.b_evict_first)}")
 
     @property
     def ffma_yield(self) -> str | None:
@@ -112,10 +112,8 @@ class Fp8GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
-        defines = "".join(f"#define {d} 1\n" for d in
-                          self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))
         return f'''// {self.name}
-{defines}#include "sm90/fp8_gemm.cuh"
+{_define_lines(self.probe_defines, self.b_evict_first)}#include "sm90/fp8_gemm.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, {flag(self.scale_b_per_column)},

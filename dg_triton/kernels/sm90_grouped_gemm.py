@@ -30,8 +30,9 @@ from dg_triton.heuristics.sm90 import (GROUPED_CONTIGUOUS, GROUPED_MASKED, Bf16G
                                        fp8_split_columns_shared_memory)
 from dg_triton.jit import tma
 from dg_triton.jit.module import TMA, U32, U64, Launcher
-from dg_triton.kernels.sm90_bf16_gemm import (_compiled_dims, _current_stream, _load_source,
-                                              _operand_params, _output_params)
+from dg_triton.kernels.sm90_bf16_gemm import (_build_suffix, _compiled_dims, _current_stream,
+                                              _define_lines, _load_source, _operand_params,
+                                              _output_params)
 from dg_triton.kernels.sm90_fp8_gemm import SCALE_GROUP
 from dg_triton.kernels.sm90_fp8_gemm import _operand_params as _fp8_operand_params
 from dg_triton.kernels.sm90_fp8_gemm import _scale_params as _fp8_scale_params
@@ -40,16 +41,6 @@ KERNEL_SYMBOL = "sm90_m_grouped_bf16_gemm"
 # The layouts: contiguous with per-row group ids, contiguous with per-group end rows, masked.
 INDEX, PSUM, MASKED = "index", "psum", "masked"
 _BLOCK_K = 64
-
-
-def _probe_suffix(probe_defines: tuple) -> str:
-    """A probe build's kernel-name suffix: its macros, lower-cased (none for the API's builds)."""
-    return "".join(f"_{d.lower()}" for d in probe_defines)
-
-
-def _probe_lines(probe_defines: tuple) -> str:
-    """A probe build's `#define`s, put before the kernel headers."""
-    return "".join(f"#define {d} 1\n" for d in probe_defines)
 
 
 def _scheduler_source(layout: str, c: Bf16GemmConfig, b_k_major: str, zero_gaps: str) -> tuple[str, str]:
@@ -78,7 +69,7 @@ class GroupedGemmKernelSpec:
     def name(self) -> str:
         c = self.config
         return (f"sm90_m_grouped_bf16_gemm_{self.layout}_{c.block_m}x{c.block_n}_s{c.num_stages}"
-                f"_{'k' if self.b_k_major else 'n'}{_probe_suffix(self.probe_defines)}")
+                f"_{'k' if self.b_k_major else 'n'}{_build_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
@@ -91,7 +82,7 @@ class GroupedGemmKernelSpec:
         b_k_major = "true" if self.b_k_major else "false"
         scheduler, scheduler_args = _scheduler_source(self.layout, c, b_k_major, "zero_gaps")
         return f'''// {self.name}
-{_probe_lines(self.probe_defines)}#include "sm90/bf16_gemm.cuh"
+{_define_lines(self.probe_defines)}#include "sm90/bf16_gemm.cuh"
 #include "sm90/scheduler_grouped.cuh"
 
 using Traits = dg::sm90::Bf16GemmTraits<
@@ -269,7 +260,7 @@ class GroupedFp8GemmKernelSpec:
         c = self.config
         split = "c" if c.split_columns else ""
         return (f"sm90_m_grouped_fp8_gemm_{self.layout}_{c.block_m}x{c.block_n}{split}_s{c.num_stages}"
-                f"{'_ef' if self.b_evict_first else ''}{_probe_suffix(self.probe_defines)}")
+                f"{_build_suffix(self.probe_defines, self.b_evict_first)}")
 
     @property
     def shared_memory(self) -> int:
@@ -282,7 +273,7 @@ class GroupedFp8GemmKernelSpec:
         c = self.config
         scheduler, scheduler_args = _scheduler_source(self.layout, c, "true", "0")
         return f'''// {self.name}
-{_probe_lines(self.probe_defines + (("DG_B_EVICT_FIRST",) if self.b_evict_first else ()))}#include "sm90/fp8_gemm.cuh"
+{_define_lines(self.probe_defines, self.b_evict_first)}#include "sm90/fp8_gemm.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
     {c.block_m}, {c.block_n}, {c.num_stages}, false, __nv_bfloat16, false, false, {c.group_m}, 1, 1,

@@ -27,8 +27,8 @@ from dg_triton.heuristics.sm90 import (BLOCK_K_BF16, DEFAULT_L2_GROUP, Bf16GemmC
                                        make_fp8_config, with_l2_group, with_pipeline_depth)
 from dg_triton.jit import compiler, tma
 from dg_triton.jit.module import TMA, U32, Launcher
-from dg_triton.kernels.sm90_bf16_gemm import (_OUT_TYPES, _current_stream, _load_source, _output_params,
-                                             layout_tag)
+from dg_triton.kernels.sm90_bf16_gemm import (_OUT_TYPES, _build_suffix, _current_stream, _define_lines,
+                                             _load_source, _output_params, layout_tag)
 from dg_triton.kernels.sm90_bf16_gemm import _operand_params as _bf16_operand_params
 from dg_triton.kernels.sm90_fp8_gemm import (SCALE_GROUP, Fp8GemmKernelSpec, _operand_params,
                                              _scale_params)
@@ -79,7 +79,7 @@ class KGroupedFp8GemmKernelSpec:
         c = self.config
         return (f"sm90_k_grouped_fp8_gemm_{c.block_m}x{c.block_n}_s{c.num_stages}_x{self.max_groups}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
-                + "".join(f"_{d.lower()}" for d in self.probe_defines))
+                f"{_build_suffix(self.probe_defines)}")
 
     @property
     def ffma_yield(self) -> str | None:
@@ -93,9 +93,8 @@ class KGroupedFp8GemmKernelSpec:
 
     def source(self) -> str:
         c = self.config
-        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
         return f'''// {self.name}
-{defines}#include "sm90/fp8_gemm.cuh"
+{_define_lines(self.probe_defines)}#include "sm90/fp8_gemm.cuh"
 #include "sm90/scheduler_k_grouped.cuh"
 
 using Traits = dg::sm90::Fp8GemmTraits<
@@ -142,7 +141,7 @@ class KGroupedBf16GemmKernelSpec:
                 f"{layout_tag(self.a_k_major, self.b_k_major, self.out_dtype)}"
                 f"_x{self.max_groups}"
                 f"{f'_g{c.group_m}' if c.group_m != DEFAULT_L2_GROUP else ''}"
-                + "".join(f"_{d.lower()}" for d in self.probe_defines))
+                f"{_build_suffix(self.probe_defines)}")
 
     @property
     def shared_memory(self) -> int:
@@ -153,9 +152,8 @@ class KGroupedBf16GemmKernelSpec:
     def source(self) -> str:
         c = self.config
         flag = lambda value: "true" if value else "false"  # noqa: E731
-        defines = "".join(f"#define {d} 1\n" for d in self.probe_defines)
         return f'''// {self.name}
-{defines}#include "sm90/bf16_gemm.cuh"
+{_define_lines(self.probe_defines)}#include "sm90/bf16_gemm.cuh"
 #include "sm90/scheduler_k_grouped.cuh"
 
 // D accumulated (d holds c), no split-K, clusters or stream-K.
