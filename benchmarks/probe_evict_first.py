@@ -27,15 +27,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import bench_grouped  # noqa: E402
 import dg_triton  # noqa: E402
-from dg_triton import gemm, testing  # noqa: E402
+from dg_triton import gemm, reference_grouped, testing  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
 from dg_triton.kernels import sm90_bf16_gemm, sm90_fp8_gemm, sm90_grouped_gemm  # noqa: E402
-from shapes import BF16_DENSE_BF16_OUT_NK, GROUPED_NK  # noqa: E402
+from shapes import BF16_DENSE_BF16_OUT_NK, FP8_DENSE_NK, GROUPED_NK  # noqa: E402
 
 
 def use_choice(on: bool) -> None:
-    """Plans made from now on take (or not) heuristics.sm90.b_evict_first's choice; the plan
-    tables are emptied so that no plan of the other setting is reused."""
+    """Plans made from now on take (or not) heuristics.sm90.b_evict_first's choice, for the FP8
+    and BF16 kernels alike; the plan tables are emptied so that no plan of the other setting is
+    reused. main() restores the shipped switches when it is done."""
     heuristics.B_EVICT_FIRST = heuristics.B_EVICT_FIRST_BF16 = on
     for table in (sm90_fp8_gemm._plans, sm90_bf16_gemm._plans, sm90_grouped_gemm._fp8_plans, gemm._warm_plans):
         table.clear()
@@ -66,10 +67,31 @@ def dense_case(family: str, m: int, n: int, k: int):
 
 
 def masked_case(groups: int, n: int, k: int):
-    """bench_grouped's masked FP8 decode case (checked against the reference there), same seed."""
+    """A masked FP8 decode case as bench_grouped's (m ~ 20 a group, drawn with its seed): the
+    call and a checked run that returns the valid rows, so that both builds are compared bit for
+    bit on the same inputs."""
     random.seed(1234)
-    _, shape, call, _, _, _, _, _, _, _ = bench_grouped.fp8_masked_case(groups, 20, n, k)
-    return call, shape
+    max_m = bench_grouped.GROUPED_MASKED_MAX_M
+    counts = [min(max_m, int(20 * random.uniform(0.7, 1.3))) for _ in range(groups)]
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    a_q, sfa = dg_triton.per_token_cast_to_fp8(
+        torch.randn(groups * max_m, k, dtype=torch.bfloat16, device="cuda"), False)
+    a_q = a_q.view(groups, max_m, k)
+    sfa = dg_triton.get_mn_major_tma_aligned_tensor(sfa.reshape(groups, max_m, -1))
+    b_q, sfb = bench_grouped.fp8_b(groups, n, k)
+    d = torch.empty(groups, max_m, n, dtype=torch.bfloat16, device="cuda")
+    call = lambda: dg_triton.m_grouped_fp8_gemm_nt_masked((a_q, sfa), (b_q, sfb), d, masked_m, 24)  # noqa: E731
+    valid = reference_grouped.masked_meaningful_rows(masked_m, max_m)
+    reference = reference_grouped.m_grouped_fp8_masked_reference((a_q, sfa), (b_q, sfb), d, masked_m)
+
+    def checked():
+        d.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize()
+        bench_grouped.check_rows(d, reference, valid, f"masked {groups}x20 n={n} k={k}",
+                                 bench_grouped.FP8_THRESHOLD)
+        return d[valid].clone()
+    return call, checked
 
 
 def main():
@@ -83,40 +105,39 @@ def main():
     families = args.families.split(",")
     for family in (f for f in families if f in ("fp8", "bf16")):
         for m in (int(x) for x in args.ms.split(",")):
-            cases += [(family, m, n, k) for n, k in BF16_DENSE_BF16_OUT_NK]
+            cases += [(family, m, n, k) for n, k in (FP8_DENSE_NK if family == "fp8" else BF16_DENSE_BF16_OUT_NK)]
     if "masked" in families:
         cases += [("masked", int(groups), n, k) for groups in args.masked_groups.split(",") for n, k in GROUPED_NK]
+    shipped = heuristics.B_EVICT_FIRST, heuristics.B_EVICT_FIRST_BF16
+    try:
+        lines = run_cases(cases, args.rounds)
+    finally:
+        heuristics.B_EVICT_FIRST, heuristics.B_EVICT_FIRST_BF16 = shipped
+    print("\n".join(lines))
+
+
+def run_cases(cases, rounds):
     lines = ["| family | M (groups) | N | K | choice off us | choice on us | off / on | chosen |", "|---" * 8 + "|"]
     for family, m, n, k in cases:
         graphs, outputs, chosen = [], [], None
-        keep = []
+        call, checked = masked_case(m, n, k) if family == "masked" else dense_case(family, m, n, k)
+        plans = {"fp8": sm90_fp8_gemm._plans, "bf16": sm90_bf16_gemm._plans,
+                 "masked": sm90_grouped_gemm._fp8_plans}[family]
         for on in (False, True):
             use_choice(on)
-            if family == "masked":
-                call, _ = masked_case(m, n, k)
-                keep.append(call)
-                plans = list(sm90_grouped_gemm._fp8_plans.values())
-                chosen = plans[-1].spec.b_evict_first if on else chosen
-            else:
-                if not keep:
-                    keep.append(dense_case(family, m, n, k))
-                call, checked = keep[0]
-                outputs.append(checked())
-                plans = list((sm90_fp8_gemm if family == "fp8" else sm90_bf16_gemm)._plans.values())
-                if on:
-                    chosen = plans[-1].spec.b_evict_first
+            outputs.append(checked())
+            if on:
+                chosen = list(plans.values())[-1].spec.b_evict_first
             graphs.append(testing.capture_graph(call))
-        use_choice(True)
-        if outputs:
-            assert torch.equal(outputs[0], outputs[1]), f"{family} {m}x{n}x{k}: the builds differ"
+        assert torch.equal(outputs[0], outputs[1]), f"{family} {m}x{n}x{k}: the builds differ"
         times = [[], []]
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for i, graph in enumerate(graphs):
                 times[i].append(triton.testing.do_bench(graph.replay, warmup=5, rep=30, return_mode="median") * 1e3)
         off, on = (statistics.median(t) for t in times)
         lines.append(f"| {family} | {m} | {n} | {k} | {off:.1f} | {on:.1f} | {off / on:.3f} | {chosen} |")
         print(lines[-1], flush=True)
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":
