@@ -119,8 +119,7 @@ def decode_tbps_lines(table):
     for name, shape, _c, us, tf, tbps, _b, anchor in table:
         if not (anchor and "gbps" in anchor and tbps):
             continue
-        n, k = shape["n"], shape["k"]
-        rows = tf * 1e12 * us * 1e-6 / (2 * n * k)
+        n, k, rows = shape["n"], shape["k"], shape["valid_m"]
         anchor_us = shape["groups"] * n * k / (anchor["gbps"] * 1e9) * 1e6   # B's bytes only
         anchor_rows = anchor["tflops"] * 1e12 * anchor_us * 1e-6 / (2 * n * k)
         lines.append(f"{name} {shape['groups']} x {shape['expected_m']} {n}x{k}: {tbps:.2f} TB/s vs DeepGEMM's "
