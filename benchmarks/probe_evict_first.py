@@ -5,7 +5,9 @@ API.md 8 at decode-sized M (dense FP8 1D2D and BF16, the heuristics' / tuned tab
 bench_grouped's masked FP8 decode cases. Each build is checked against the reference (calc_diff)
 and bit for bit against the other (the same tiles and K order), captured in a CUDA graph right
 after its plan is made, and the graphs are timed in alternation (do_bench's median over graph
-replays, a 256 MiB memset before each: ANCHORS.md's method). Prints one table; NOTES.md keeps the
+replays, a 256 MiB memset before each: ANCHORS.md's method), and again with a clean L2 (a read of
+the same 256 MiB before each replay, probe_flush.py's "read" flush), which says whether a gain is
+the dirty lines' write-back spared or the kernel's own. Prints one table; NOTES.md keeps the
 conclusions.
 
     python benchmarks/probe_evict_first.py [--families fp8,bf16,masked] [--ms 128,64]
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import bench_grouped  # noqa: E402
+import probe_flush  # noqa: E402
 import dg_triton  # noqa: E402
 from dg_triton import gemm, reference_grouped, testing  # noqa: E402
 from dg_triton.heuristics import sm90 as heuristics  # noqa: E402
@@ -117,7 +120,11 @@ def main():
 
 
 def run_cases(cases, rounds):
-    lines = ["| family | M (groups) | N | K | choice off us | choice on us | off / on | chosen |", "|---" * 8 + "|"]
+    buffer = torch.empty(probe_flush.FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+    read_flush = lambda: torch.sum(buffer, 0, out=sink)  # noqa: E731
+    lines = ["| family | M (groups) | N | K | off us | on us | off / on | clean L2: off us | on us | off / on "
+             "| chosen |", "|---" * 11 + "|"]
     for family, m, n, k in cases:
         graphs, outputs, chosen = [], [], None
         call, checked = masked_case(m, n, k) if family == "masked" else dense_case(family, m, n, k)
@@ -130,12 +137,15 @@ def run_cases(cases, rounds):
                 chosen = list(plans.values())[-1].spec.b_evict_first
             graphs.append(testing.capture_graph(call))
         assert torch.equal(outputs[0], outputs[1]), f"{family} {m}x{n}x{k}: the builds differ"
-        times = [[], []]
+        times, clean = [[], []], [[], []]
         for _ in range(rounds):
             for i, graph in enumerate(graphs):
                 times[i].append(triton.testing.do_bench(graph.replay, warmup=5, rep=30, return_mode="median") * 1e3)
+                clean[i].append(probe_flush.timed_us(graph, read_flush))
         off, on = (statistics.median(t) for t in times)
-        lines.append(f"| {family} | {m} | {n} | {k} | {off:.1f} | {on:.1f} | {off / on:.3f} | {chosen} |")
+        clean_off, clean_on = (statistics.median(t) for t in clean)
+        lines.append(f"| {family} | {m} | {n} | {k} | {off:.1f} | {on:.1f} | {off / on:.3f} | "
+                     f"{clean_off:.1f} | {clean_on:.1f} | {clean_off / clean_on:.3f} | {chosen} |")
         print(lines[-1], flush=True)
     return lines
 
