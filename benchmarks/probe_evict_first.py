@@ -70,9 +70,9 @@ def dense_case(family: str, m: int, n: int, k: int):
 
 
 def masked_case(groups: int, n: int, k: int):
-    """A masked FP8 decode case as bench_grouped's (m ~ 20 a group, drawn with its seed): the
-    call and a checked run that returns the valid rows, so that both builds are compared bit for
-    bit on the same inputs."""
+    """A masked FP8 decode case shaped as bench_grouped's (masked_m drawn as it draws them, ~20 a
+    group, with probe_flush's seed 1234; A and B unseeded): the call and a checked run that
+    returns the valid rows, so that both builds are compared bit for bit on the same inputs."""
     random.seed(1234)
     max_m = bench_grouped.GROUPED_MASKED_MAX_M
     counts = [min(max_m, int(20 * random.uniform(0.7, 1.3))) for _ in range(groups)]
