@@ -24,7 +24,7 @@ from dg_triton import dispatch, settings
 from dg_triton.errors import reject
 from dg_triton.kernels import sm90_grouped_gemm
 from dg_triton.utils.layout import get_mk_alignment_for_contiguous_layout
-from dg_triton.validation import _operand_major, _same_device, _tma_layout
+from dg_triton.validation import _operand_major, _same_device, _tma_layout, compiled_dims_argument
 
 _BF16, _INT32 = torch.bfloat16, torch.int32
 _SM90 = (dispatch.SM90,)
@@ -218,7 +218,8 @@ def m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims: st
 
 def _contiguous(function, a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
                 expected_m_for_psum_layout) -> None:
-    use_psum_layout, ensure_zero_padding = bool(use_psum_layout), bool(ensure_zero_padding)
+    use_psum_layout = settings.bool_argument(function, "use_psum_layout", use_psum_layout)
+    ensure_zero_padding = settings.bool_argument(function, "ensure_zero_padding", ensure_zero_padding)
     key = _contiguous_signature(function, a, b, d, grouped_layout, use_psum_layout, ensure_zero_padding,
                                 expected_m_for_psum_layout, compiled_dims)
     accepted = _lookup(key)
@@ -230,6 +231,7 @@ def _contiguous(function, a, b, d, grouped_layout, compiled_dims, use_psum_layou
         if not _aligned(addresses):
             accepted = None  # the full checks name the misaligned operand
     if accepted is None:
+        compiled_dims_argument(function, compiled_dims)
         rows = _check_contiguous(function, a, b, d, grouped_layout, use_psum_layout,
                                  expected_m_for_psum_layout)
         device, rows = _accept(key, d, rows)
@@ -273,6 +275,7 @@ def m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m: int, compiled_d
         if not _aligned(addresses):
             accepted = None  # the full checks name the misaligned operand
     if accepted is None:
+        compiled_dims_argument(function, compiled_dims)
         _check_masked(function, a, b, d, masked_m, expected_m)
         device = _accept(key, d, a.shape[1])[0]
         addresses = (a.data_ptr(), b.data_ptr(), d.data_ptr())

@@ -280,7 +280,8 @@ def _contiguous(function, a, b, d, grouped_layout, recipe, recipe_a, recipe_b, c
                 disable_ue8m0_cast, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout) -> None:
     recipe, recipe_a, recipe_b, disable_ue8m0_cast = validation_fp8.arguments(
         function, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast)
-    use_psum_layout, ensure_zero_padding = bool(use_psum_layout), bool(ensure_zero_padding)
+    use_psum_layout = settings.bool_argument(function, "use_psum_layout", use_psum_layout)
+    ensure_zero_padding = settings.bool_argument(function, "ensure_zero_padding", ensure_zero_padding)
     a_data, sfa = validation_fp8._pair(function, "a", a)
     b_data, sfb = validation_fp8._pair(function, "b", b)
     if function == _NN:

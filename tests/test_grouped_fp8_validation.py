@@ -668,3 +668,9 @@ def test_fp8_masked_reference_writes_only_the_first_masked_m_rows():
         expected = fp8_gemm_reference((a[g, :rows], sfa[g, :rows]), (b[g], sfb[g]), d[g, :rows])
         assert torch.equal(out[g, :rows], expected)
         assert torch.isnan(out[g, rows:].float()).all()
+
+
+@pytest.mark.parametrize("argument, value", [("use_psum_layout", "no"), ("ensure_zero_padding", None)])
+def test_contiguous_rejects_flags_that_are_not_bools(argument, value):
+    # bool("no") is True: a string flag must not silently switch the psum layout on.
+    assert_rejected(CONTIGUOUS, argument, {**contiguous_args(), argument: value}, "a bool")

@@ -293,3 +293,20 @@ def test_masked_rejects_a_with_loose_group_stride():
     kwargs = masked_args()
     kwargs["a"] = bf16(G, MAX_M + 8, K)[:, :MAX_M]
     assert_rejected(MASKED, "a", **kwargs)
+
+
+@pytest.mark.parametrize("compiled_dims", [5, None, ["n"]])
+@pytest.mark.parametrize("fn, make", [(CONTIGUOUS, contiguous_args), (MASKED, masked_args),
+                                      ("m_grouped_bf16_gemm_nn_contiguous", contiguous_args)])
+def test_rejects_compiled_dims_that_is_not_a_str(fn, make, compiled_dims):
+    kwargs = make()
+    if fn.endswith("nn_contiguous"):
+        kwargs["b"] = kwargs["b"].transpose(1, 2)
+    assert_rejected(fn, "compiled_dims", **kwargs, compiled_dims=compiled_dims)
+
+
+@pytest.mark.parametrize("argument, value", [("use_psum_layout", "no"), ("use_psum_layout", 2),
+                                             ("ensure_zero_padding", None), ("ensure_zero_padding", "x")])
+def test_contiguous_rejects_flags_that_are_not_bools(argument, value):
+    # bool("no") is True: a string flag must not silently switch the psum layout on.
+    assert_rejected(CONTIGUOUS, argument, **contiguous_args(), **{argument: value})

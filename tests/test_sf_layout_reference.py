@@ -186,6 +186,8 @@ def test_packed_with_psum_reads_the_mk_alignment_at_call_time(monkeypatch):
     (torch.ones(8, 4), torch.tensor([8]), "psum_layout.dtype"),
     (torch.ones(8, 4), int32([4, 0, 8])[::2], "psum_layout must be contiguous"),
     (torch.ones(8, 4), int32([]), "psum_layout.numel()"),
+    (torch.ones(8, 4), int32([[4, 8]]), "psum_layout must be 1-D"),
+    (torch.ones(8, 4), torch.tensor(8, dtype=torch.int32), "psum_layout must be 1-D"),
     (torch.ones(8, 4), [8], "psum_layout must be None or a torch.Tensor"),
     (torch.ones(2, 8, 4), int32([8]), "sf must be 2-D and contiguous when psum_layout"),
     (column_major(torch.ones(8, 4)), int32([8]), "sf must be 2-D and contiguous when psum_layout"),

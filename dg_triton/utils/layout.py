@@ -129,6 +129,9 @@ def _check_psum_layout(function: str, psum_layout, sf, packed_input_contiguous: 
         raise reject(function, "psum_layout", "None or a torch.Tensor", type(psum_layout).__name__)
     if psum_layout.dtype != torch.int32:
         raise reject(function, "psum_layout.dtype", "torch.int32", psum_layout.dtype)
+    if psum_layout.dim() != 1:
+        raise reject(function, "psum_layout", "1-D [G] (one end row per group)",
+                     f"{psum_layout.dim()}-D shape {tuple(psum_layout.shape)}")
     if not psum_layout.is_contiguous():
         raise reject(function, "psum_layout", "contiguous", f"strides {psum_layout.stride()}")
     if psum_layout.numel() == 0:
