@@ -88,6 +88,9 @@ def set_num_sms(num_sms: int, /) -> None:
 
     The upper bound is the current device's SM count. Without a CUDA device there is nothing to
     check against, so any non-negative value is kept (a CPU host can prepare settings for later).
+    Odd values are accepted, unlike DeepGEMM (API.md 4 lists an odd count as a rejection at GEMM
+    time): a persistent grid here may have any size, rounded down to a multiple of the cluster
+    size (heuristics.sm90), and the GPU tests run grids of 5 and 7 CTAs.
     """
     global _num_sms
     num_sms = int_argument("set_num_sms", "num_sms", num_sms)
