@@ -55,6 +55,8 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
     """fp32 ``[..., 4p]`` powers of two → int32 ``[..., p]``; byte j (little-endian) of element p
     is the biased exponent of ``x[..., 4p + j]``."""
     assert x.dtype == torch.float32 and x.size(-1) % 4 == 0
+    if x.size(-1) == 0:  # no SF at all (n == 0): a byte view of an empty last dim is refused
+        return torch.empty((*x.shape[:-1], 0), dtype=torch.int32, device=x.device)
     bits = x.contiguous().view(torch.int32)
     assert bool(((bits & _FP32_MANTISSA_MASK) == 0).all()) and bool((bits >= 0).all())
     return (bits >> 23).to(torch.uint8).view(torch.int32)
@@ -97,7 +99,8 @@ def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128):
     m, n = x.shape
     x_padded = torch.zeros((align(m, gran_k), align(n, gran_k)), dtype=x.dtype, device=x.device)
     x_padded[:m, :n] = x
-    x_view = x_padded.view(-1, gran_k, x_padded.size(1) // gran_k, gran_k)
+    # Sizes spelled out: -1 cannot be inferred when n == 0.
+    x_view = x_padded.view(x_padded.size(0) // gran_k, gran_k, x_padded.size(1) // gran_k, gran_k)
     sf = _scale_from_amax(x_view.abs().float().amax(dim=(1, 3), keepdim=True), use_ue8m0)
     q = (x_view.float() * (1.0 / sf)).to(torch.float8_e4m3fn)
     return q.view_as(x_padded)[:m, :n].contiguous(), sf.view(x_view.size(0), x_view.size(2))
@@ -108,7 +111,7 @@ def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128)
     ``(q [m, n] fp8, sf fp32 [m/gran_k, n])``."""
     assert x.dim() == 2 and x.size(0) % gran_k == 0
     m, n = x.shape
-    x_view = x.reshape(-1, gran_k, n)
+    x_view = x.reshape(m // gran_k, gran_k, n)  # -1 cannot be inferred when n == 0
     sf = _scale_from_amax(x_view.abs().float().amax(dim=1), use_ue8m0)
     q = (x_view.float() * (1.0 / sf.unsqueeze(1))).to(torch.float8_e4m3fn)
     return q.view(m, n), sf

@@ -159,3 +159,19 @@ def test_per_custom_dims_cast_rejects_bad_dims(dims, fragment):
         dg_triton.per_custom_dims_cast_to_fp8(torch.ones(4, 8), dims, False)
     with pytest.raises(DGArgumentError, match="x must be torch.bfloat16 or torch.float32"):
         dg_triton.per_custom_dims_cast_to_fp8(torch.ones(4, 8, dtype=torch.float16), (0,), False)
+
+
+@pytest.mark.parametrize("shape", [(128, 0), (0, 0)])
+def test_casts_of_no_columns_return_empty_results(shape):
+    # A reshape with -1 and a byte view of an empty last dim both fail at n == 0; the results
+    # are the definitions' shapes, all empty.
+    x = torch.randn(*shape)
+    m = shape[0]
+    q, sf = dg_triton.per_block_cast_to_fp8(x, False)
+    assert q.shape == shape and sf.shape == (-(-m // 128), 0)
+    q, sf = dg_triton.per_channel_cast_to_fp8(x, False)
+    assert q.shape == shape and sf.shape == (m // 128, 0)
+    q, sf = dg_triton.per_token_cast_to_fp8(x, True, use_packed_ue8m0=True)
+    assert q.shape == shape and sf.shape == (m, 0) and sf.dtype == torch.int32
+    packed, sf = dg_triton.per_token_cast_to_fp4(x, True, use_packed_ue8m0=True)
+    assert packed.shape == shape and sf.shape == (m, 0) and sf.dtype == torch.int32

@@ -111,3 +111,14 @@ def test_interpreter_fp8_cast_patch_rounds_to_nearest():
     q, sf = per_token_cast_to_fp8_triton(x, False, 128)
     assert sf.item() == 1.0
     assert q[0, :2].float().tolist() == [448.0, 8.0]
+
+
+@pytest.mark.parametrize("shape", [(128, 0), (0, 0)])
+def test_casts_of_no_columns_match_the_reference_shapes(shape):
+    x = torch.randn(*shape)
+    for ours, ref in [(per_block_cast_to_fp8_triton(x, False), reference_quant.per_block_cast_to_fp8(x, False)),
+                      (per_channel_cast_to_fp8_triton(x, False), reference_quant.per_channel_cast_to_fp8(x, False)),
+                      (per_token_cast_to_fp8_triton(x, True, 128, use_packed_ue8m0=True),
+                       reference_quant.per_token_cast_to_fp8(x, True, 128, True))]:
+        assert [o.shape for o in ours] == [r.shape for r in ref]
+        assert [o.dtype for o in ours] == [r.dtype for r in ref]
