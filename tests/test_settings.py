@@ -160,3 +160,14 @@ def test_num_sms_unset_is_device_count_and_above_it_is_rejected():
     with pytest.raises(DGArgumentError, match="set_num_sms"):
         settings.set_num_sms(count + 1)
     assert settings.current_arch_major() == torch.cuda.get_device_capability()[0]
+
+
+@pytest.mark.parametrize("choose", ["bf16", "fp8"])
+def test_a_block_n_multiple_no_tile_meets_names_the_setting(choose):
+    # lcm(16, 512) = 512 > 256: no SM90 tile is that wide, and the error says which setting did it.
+    from dg_triton.heuristics import sm90
+    with pytest.raises(RuntimeError, match=r"set_block_size_multiple_of's N multiple is 512"):
+        if choose == "bf16":
+            sm90.choose_bf16_gemm_config(256, 256, 256, 2, 132, block_n_multiple=512)
+        else:
+            sm90.choose_fp8_gemm_config(256, 256, 256, 2, 132, block_n_multiple=512)

@@ -188,6 +188,15 @@ def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes:
     return replace(config, num_stages=max(stages, config.num_stages))
 
 
+def _block_n_multiple_hint(block_n_multiple: int) -> str:
+    """What a failed config choice says when set_block_size_multiple_of narrowed the block Ns: a
+    multiple whose step lcm(16, xn) passes 256 leaves none, and the user should see why."""
+    if block_n_multiple == 1:
+        return ""
+    return (f" (set_block_size_multiple_of's N multiple is {block_n_multiple}: block N must be a "
+            f"multiple of {math.lcm(16, block_n_multiple)}, and SM90 tiles are at most 256 wide)")
+
+
 def bf16_gemm_candidates(m: int, n: int, b_k_major: bool = True, block_n_multiple: int = 1):
     """(block_m, block_n) pairs: BM 64 or 128 (one or two consumer warpgroups), BN in steps of
     lcm(16, multiple) up to 256 (whole 64-column atoms when B is MN-major), no wider than N needs."""
@@ -545,7 +554,8 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
             if best is None or score < best[0]:
                 best = (score, config)
     if best is None:
-        raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}")
+        raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}"
+                           + _block_n_multiple_hint(block_n_multiple))
     return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes,
                                              narrow_staging=not accumulate),
                          m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
@@ -742,7 +752,8 @@ def choose_fp8_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int,
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 FP8 GEMM config for m={m} n={n} k={k}"
-                           + (f" with block N dividing {block_n_divides}" if block_n_divides else ""))
+                           + (f" with block N dividing {block_n_divides}" if block_n_divides else "")
+                           + _block_n_multiple_hint(block_n_multiple))
     return deepened(with_l2_group(best[1], m, n, k, 1))
 
 
