@@ -171,3 +171,10 @@ def test_a_block_n_multiple_no_tile_meets_names_the_setting(choose):
             sm90.choose_bf16_gemm_config(256, 256, 256, 2, 132, block_n_multiple=512)
         else:
             sm90.choose_fp8_gemm_config(256, 256, 256, 2, 132, block_n_multiple=512)
+
+
+def test_the_block_n_hint_counts_an_mn_major_b_s_64_column_atoms():
+    # An MN-major B steps block N by lcm(64, xn): 320 for xn = 80, past 256.
+    from dg_triton.heuristics import sm90
+    with pytest.raises(RuntimeError, match=r"block N must be a multiple of 320"):
+        sm90.choose_bf16_gemm_config(256, 256, 256, 2, 132, block_n_multiple=80, b_k_major=False)

@@ -188,20 +188,27 @@ def with_pipeline_depth(config: Bf16GemmConfig, n: int, k: int, b_element_bytes:
     return replace(config, num_stages=max(stages, config.num_stages))
 
 
-def _block_n_multiple_hint(block_n_multiple: int) -> str:
+def _block_n_step(b_k_major: bool, block_n_multiple: int) -> int:
+    """Block N's step: 16 columns (whole 64-column atoms when B is MN-major), times what
+    set_block_size_multiple_of's N multiple adds."""
+    return math.lcm(16 if b_k_major else 64, block_n_multiple)
+
+
+def _block_n_multiple_hint(block_n_multiple: int, b_k_major: bool = True) -> str:
     """What a failed config choice says when set_block_size_multiple_of narrowed the block Ns: a
-    multiple whose step lcm(16, xn) passes 256 leaves none, and the user should see why."""
+    step past 256 leaves none, and the user should see why."""
     if block_n_multiple == 1:
         return ""
     return (f" (set_block_size_multiple_of's N multiple is {block_n_multiple}: block N must be a "
-            f"multiple of {math.lcm(16, block_n_multiple)}, and SM90 tiles are at most 256 wide)")
+            f"multiple of {_block_n_step(b_k_major, block_n_multiple)}, and SM90 tiles are at most "
+            f"256 wide)")
 
 
 def bf16_gemm_candidates(m: int, n: int, b_k_major: bool = True, block_n_multiple: int = 1):
     """(block_m, block_n) pairs: BM 64 or 128 (one or two consumer warpgroups), BN in steps of
     lcm(16, multiple) up to 256 (whole 64-column atoms when B is MN-major), no wider than N needs."""
     block_ms = (64,) if m <= 64 else (64, 128)
-    step = math.lcm(16, block_n_multiple) if b_k_major else math.lcm(64, block_n_multiple)
+    step = _block_n_step(b_k_major, block_n_multiple)
     widest = max(step, min(256, -(-n // step) * step))
     return [(bm, bn) for bm in block_ms for bn in range(step, widest + 1, step) if bn <= 256]
 
@@ -555,7 +562,7 @@ def choose_bf16_gemm_config(m: int, n: int, k: int, out_bytes: int, num_sms: int
                 best = (score, config)
     if best is None:
         raise RuntimeError(f"no SM90 BF16 GEMM config fits shared memory for m={m} n={n} k={k}"
-                           + _block_n_multiple_hint(block_n_multiple))
+                           + _block_n_multiple_hint(block_n_multiple, b_k_major))
     return with_stream_k(with_pipeline_depth(with_l2_group(best[1], m, n, k, 2), n, k, 2, out_bytes,
                                              narrow_staging=not accumulate),
                          m, n, math.ceil(k / BLOCK_K_BF16), num_sms)
