@@ -316,20 +316,28 @@ def fp8_contiguous_case(num_groups, expected, n, k, psum):
             fp8_anchor("contiguous", num_groups, expected, n, k))
 
 
-def fp8_masked_case(num_groups, expected, n, k):
-    function = "m_grouped_fp8_gemm_nt_masked"
+def fp8_masked_inputs(num_groups, expected, n, k):
+    """A masked FP8 case's tensors: masked_m drawn from `random` (U(0.7, 1.3) x expected a group),
+    A and B random and cast, d empty. Returns (counts, masked_m, expected_m, a_q, sfa_3d, sfa, b_q,
+    sfb, d); sfa_3d is A's scales before the TMA-aligned layout (cuBLAS reads those)."""
     max_m = GROUPED_MASKED_MAX_M
     counts = [min(max_m, int(expected * random.uniform(0.7, 1.3))) for _ in range(num_groups)]
     masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
-    expected_m = int(expected * 1.2)
-    sk = -(-k // 128)
     a_q, sfa_2d = dg_triton.per_token_cast_to_fp8(
         torch.randn(num_groups * max_m, k, dtype=torch.bfloat16, device="cuda"), False)
     a_q = a_q.view(num_groups, max_m, k)
-    sfa_3d = sfa_2d.reshape(num_groups, max_m, sk)
+    sfa_3d = sfa_2d.reshape(num_groups, max_m, -(-k // 128))
     sfa = dg_triton.get_mn_major_tma_aligned_tensor(sfa_3d)
     b_q, sfb = fp8_b(num_groups, n, k)
     d = torch.empty(num_groups, max_m, n, dtype=torch.bfloat16, device="cuda")
+    return counts, masked_m, int(expected * 1.2), a_q, sfa_3d, sfa, b_q, sfb, d
+
+
+def fp8_masked_case(num_groups, expected, n, k):
+    function = "m_grouped_fp8_gemm_nt_masked"
+    max_m = GROUPED_MASKED_MAX_M
+    counts, masked_m, expected_m, a_q, sfa_3d, sfa, b_q, sfb, d = fp8_masked_inputs(num_groups, expected, n, k)
+    sk = -(-k // 128)
     ours = lambda: dg_triton.m_grouped_fp8_gemm_nt_masked((a_q, sfa), (b_q, sfb), d, masked_m,  # noqa: E731
                                                           expected_m)
     d.fill_(float("nan"))

@@ -70,21 +70,14 @@ def dense_case(family: str, m: int, n: int, k: int):
 
 
 def masked_case(groups: int, n: int, k: int):
-    """A masked FP8 decode case shaped as bench_grouped's (masked_m drawn as it draws them, ~20 a
-    group, with probe_flush's seed 1234; A and B unseeded): the call and a checked run that
-    returns the valid rows, so that both builds are compared bit for bit on the same inputs."""
+    """bench_grouped's masked FP8 decode inputs (~20 rows a group, masked_m drawn with
+    probe_flush's seed 1234; A and B unseeded): the call and a checked run that returns the valid
+    rows, so that both builds are compared bit for bit on the same inputs."""
     random.seed(1234)
-    max_m = bench_grouped.GROUPED_MASKED_MAX_M
-    counts = [min(max_m, int(20 * random.uniform(0.7, 1.3))) for _ in range(groups)]
-    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
-    a_q, sfa = dg_triton.per_token_cast_to_fp8(
-        torch.randn(groups * max_m, k, dtype=torch.bfloat16, device="cuda"), False)
-    a_q = a_q.view(groups, max_m, k)
-    sfa = dg_triton.get_mn_major_tma_aligned_tensor(sfa.reshape(groups, max_m, -1))
-    b_q, sfb = bench_grouped.fp8_b(groups, n, k)
-    d = torch.empty(groups, max_m, n, dtype=torch.bfloat16, device="cuda")
-    call = lambda: dg_triton.m_grouped_fp8_gemm_nt_masked((a_q, sfa), (b_q, sfb), d, masked_m, 24)  # noqa: E731
-    valid = reference_grouped.masked_meaningful_rows(masked_m, max_m)
+    _, masked_m, expected_m, a_q, _, sfa, b_q, sfb, d = bench_grouped.fp8_masked_inputs(groups, 20, n, k)
+    call = lambda: dg_triton.m_grouped_fp8_gemm_nt_masked((a_q, sfa), (b_q, sfb), d, masked_m,  # noqa: E731
+                                                          expected_m)
+    valid = reference_grouped.masked_meaningful_rows(masked_m, d.size(1))
     reference = reference_grouped.m_grouped_fp8_masked_reference((a_q, sfa), (b_q, sfb), d, masked_m)
 
     def checked():
